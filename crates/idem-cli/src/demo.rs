@@ -1,0 +1,597 @@
+//! `idem demo`: the whole story on one machine, verified.
+//!
+//! It enqueues receipt mails whose effect (an outbox row) commits in the job's fenced
+//! transaction, runs worker *processes*, kills one with SIGKILL and pauses another with
+//! SIGSTOP for longer than its lease while they work, and then checks the database: every
+//! job completed, exactly one outbox row per job, every row written under the claim that
+//! completed the job. The report counts what the fence refused along the way.
+
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use idem::{EffectClass, Handler, Idem, Job, JobContext, JobError, SqlValue, Store, WorkerConfig};
+use idem_postgres::{PgOptions, PgStore};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Deserialize;
+use tokio::process::{Child, Command};
+
+const QUEUE: &str = "demo";
+const REPORT_MARKER: &str = "IDEM_WORKER_REPORT";
+const OUTBOX_TABLE: &str = "CREATE TABLE IF NOT EXISTS demo_outbox (job_id BIGINT NOT NULL, \
+     fence BIGINT NOT NULL, worker TEXT NOT NULL)";
+
+/// Arguments of `idem demo`.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// Jobs to enqueue
+    #[arg(long, default_value_t = 3000)]
+    jobs: usize,
+    /// Worker processes running at once (at least 2 with chaos)
+    #[arg(long, default_value_t = 3)]
+    workers: usize,
+    /// Jobs each worker process runs at once
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Lease in milliseconds (short, so that the chaos resolves in seconds)
+    #[arg(long, default_value_t = 1500)]
+    lease_ms: u64,
+    /// Simulated work per job before its effect transaction, in milliseconds
+    #[arg(long, default_value_t = 20)]
+    work_ms: u64,
+    /// Do not kill or pause workers
+    #[arg(long)]
+    no_chaos: bool,
+    /// Keep the temporary SQLite file or PostgreSQL schema afterwards
+    #[arg(long)]
+    keep: bool,
+}
+
+/// Arguments of the hidden `idem demo-worker`.
+#[derive(Args)]
+pub struct DemoWorkerArgs {
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    concurrency: usize,
+    #[arg(long)]
+    lease_ms: u64,
+    #[arg(long)]
+    work_ms: u64,
+}
+
+impl DemoArgs {
+    fn validate(&self) -> anyhow::Result<()> {
+        if !(1..=1_000_000).contains(&self.jobs) {
+            bail!("--jobs is {}; use 1 to 1000000", self.jobs);
+        }
+        let min_workers = if self.no_chaos { 1 } else { 2 };
+        if !(min_workers..=32).contains(&self.workers) {
+            bail!(
+                "--workers is {}; use {min_workers} to 32 (chaos kills one worker and pauses \
+                 another, so it needs at least 2; --no-chaos allows 1)",
+                self.workers
+            );
+        }
+        if !(1..=1000).contains(&self.concurrency) {
+            bail!("--concurrency is {}; use 1 to 1000", self.concurrency);
+        }
+        if self.lease_ms < 300 {
+            bail!("--lease-ms is {}; use at least 300", self.lease_ms);
+        }
+        Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+struct Receipt {
+    order_id: i64,
+}
+
+/// The demo's handler: "renders" the mail, then writes the outbox row and completes the
+/// job in one fenced transaction.
+struct ReceiptMail {
+    work: Duration,
+    worker: String,
+}
+
+impl Handler for ReceiptMail {
+    const KIND: &'static str = "receipt-mail";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = Receipt;
+
+    async fn run(&self, cx: &mut JobContext, args: Receipt) -> Result<(), JobError> {
+        tokio::time::sleep(self.work).await;
+        let lease = cx.lease();
+        debug_assert!(args.order_id >= 0);
+        let mut tx = cx.begin().await?;
+        let sql = "INSERT INTO demo_outbox (job_id, fence, worker) VALUES ($1, $2, $3)";
+        let row = [
+            lease.job_id.into(),
+            lease.fence.into(),
+            self.worker.as_str().into(),
+        ];
+        tx.execute(sql, &row).await?;
+        tx.complete().await?;
+        Ok(())
+    }
+}
+
+/// The hidden worker process.
+pub async fn worker(args: DemoWorkerArgs, url: String) -> anyhow::Result<ExitCode> {
+    let idem = Idem::from_store(idem::connect_store(&url).await?);
+    let mut config = WorkerConfig::default()
+        .only_queue(QUEUE, args.concurrency)
+        .lease(Duration::from_millis(args.lease_ms));
+    config.name = Some(args.name.clone());
+    config.poll_interval = Duration::from_millis(50);
+    config.rescue_interval = Duration::from_millis(250);
+    config.shutdown_timeout = Duration::from_secs(5);
+    let mut w = idem.worker(config)?;
+    w.register(ReceiptMail {
+        work: Duration::from_millis(args.work_ms),
+        worker: args.name,
+    })?;
+    let running = w.start();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+    let report = running.shutdown().await;
+    println!("{REPORT_MARKER} {}", serde_json::to_string(&report)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the demo's data lives, and how to clean it up.
+struct DemoDb {
+    idem: Idem,
+    url: String,
+    label: String,
+    cleanup: Cleanup,
+}
+
+enum Cleanup {
+    TempDir(tempfile::TempDir),
+    Schema(String),
+    Nothing,
+}
+
+async fn open_db(url: Option<String>) -> anyhow::Result<DemoDb> {
+    match url {
+        None => {
+            let dir = tempfile::Builder::new().prefix("idem-demo-").tempdir()?;
+            let url = format!("sqlite://{}", dir.path().join("demo.db").display());
+            let idem = Idem::connect(&url).await?;
+            let label = format!(
+                "SQLite, temporary file {}",
+                dir.path().join("demo.db").display()
+            );
+            Ok(DemoDb {
+                idem,
+                url,
+                label,
+                cleanup: Cleanup::TempDir(dir),
+            })
+        }
+        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+            let schema = format!("idem_demo_{:08x}", rand::random::<u32>());
+            let options = PgOptions {
+                schema: Some(schema.clone()),
+                ..PgOptions::default()
+            };
+            let store = PgStore::connect(&url, options).await?;
+            store.migrate().await?;
+            let idem = Idem::from_store(Arc::new(store));
+            let child_url = idem_postgres::url_with_search_path(&url, &schema);
+            let label = format!("PostgreSQL, fresh schema {schema}");
+            Ok(DemoDb {
+                idem,
+                url: child_url,
+                label,
+                cleanup: Cleanup::Schema(schema),
+            })
+        }
+        Some(url) => {
+            let idem = Idem::connect(&url).await?;
+            Ok(DemoDb {
+                idem,
+                label: url.clone(),
+                url,
+                cleanup: Cleanup::Nothing,
+            })
+        }
+    }
+}
+
+/// `idem demo`.
+pub async fn run(args: DemoArgs, url: Option<String>) -> anyhow::Result<ExitCode> {
+    args.validate()?;
+    let db = open_db(url)
+        .await
+        .context("cannot set up the demo database")?;
+    println!(
+        "idem demo: {} jobs, {} worker processes × {} slots, lease {} ms",
+        args.jobs, args.workers, args.concurrency, args.lease_ms
+    );
+    println!("database: {}", db.label);
+    let started = Instant::now();
+    let ids = enqueue(&db.idem, args.jobs).await?;
+    let mut fleet = Fleet::new(&args, &db.url)?;
+    for _ in 0..args.workers {
+        fleet.spawn()?;
+    }
+    let chaos = drive(&db.idem, &args, &mut fleet, ids).await;
+    let reports = fleet.stop().await;
+    let chaos = chaos?;
+    let verdict = verify(&db.idem, ids).await?;
+    print_report(&args, &chaos, &reports, &verdict, started.elapsed());
+    finish(db, args.keep).await;
+    Ok(if verdict.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn finish(db: DemoDb, keep: bool) {
+    match db.cleanup {
+        Cleanup::Schema(schema) if !keep => {
+            let mut tx = match db.idem.begin().await {
+                Ok(tx) => tx,
+                Err(e) => return eprintln!("could not drop schema {schema}: {e}"),
+            };
+            let sql = format!("DROP SCHEMA {schema} CASCADE");
+            if let Err(e) = tx.execute(&sql, &[]).await {
+                return eprintln!("could not drop schema {schema}: {e}");
+            }
+            let _ = tx.commit().await;
+        }
+        Cleanup::Schema(schema) => println!("kept schema {schema}"),
+        Cleanup::TempDir(dir) if keep => println!("kept {}", dir.keep().display()),
+        Cleanup::TempDir(_) | Cleanup::Nothing => {}
+    }
+    db.idem.store().close().await;
+}
+
+async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {
+    let mut tx = idem.begin().await?;
+    tx.execute(OUTBOX_TABLE, &[]).await?;
+    tx.commit().await?;
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let jobs = chunk
+            .iter()
+            .map(|i| Job::new("receipt-mail", serde_json::json!({"order_id": i})).queue(QUEUE))
+            .collect();
+        for row in idem.enqueue_many(jobs).await? {
+            first = first.min(row.id);
+            last = last.max(row.id);
+        }
+    }
+    Ok((first, last))
+}
+
+/// The worker processes.
+struct Fleet {
+    exe: std::path::PathBuf,
+    url: String,
+    concurrency: usize,
+    lease_ms: u64,
+    work_ms: u64,
+    live: Vec<(String, Child)>,
+    spawned: usize,
+}
+
+impl Fleet {
+    fn new(args: &DemoArgs, url: &str) -> anyhow::Result<Fleet> {
+        Ok(Fleet {
+            exe: std::env::current_exe().context("cannot find the idem executable")?,
+            url: url.to_owned(),
+            concurrency: args.concurrency,
+            lease_ms: args.lease_ms,
+            work_ms: args.work_ms,
+            live: Vec::new(),
+            spawned: 0,
+        })
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        self.spawned += 1;
+        let name = format!("demo-w{}", self.spawned);
+        let child = Command::new(&self.exe)
+            .arg("demo-worker")
+            .args(["--name", &name])
+            .args(["--concurrency", &self.concurrency.to_string()])
+            .args(["--lease-ms", &self.lease_ms.to_string()])
+            .args(["--work-ms", &self.work_ms.to_string()])
+            .env("IDEM_DATABASE_URL", &self.url)
+            .env(
+                "IDEM_LOG",
+                std::env::var("IDEM_LOG").unwrap_or_else(|_| "error".into()),
+            )
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("cannot start a worker process")?;
+        self.live.push((name, child));
+        Ok(())
+    }
+
+    fn signal(&self, index: usize, sig: libc::c_int) -> Option<(String, u32)> {
+        let (name, child) = self.live.get(index)?;
+        let pid = child.id()?;
+        // SAFETY: kill(2) on a child process id we own; no memory is shared.
+        let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+        (rc == 0).then(|| (name.clone(), pid))
+    }
+
+    /// SIGKILL the worker at `index` and start a replacement.
+    async fn kill(&mut self, index: usize) -> anyhow::Result<Option<String>> {
+        let Some((name, pid)) = self.signal(index, libc::SIGKILL) else {
+            return Ok(None);
+        };
+        let (_, mut child) = self.live.remove(index);
+        let _ = child.wait().await;
+        self.spawn()?;
+        Ok(Some(format!(
+            "killed {name} (pid {pid}) with SIGKILL mid-run and started a replacement"
+        )))
+    }
+
+    /// SIGTERM every live worker and collect their reports.
+    async fn stop(mut self) -> Vec<(String, idem::WorkerReport)> {
+        let mut reports = Vec::new();
+        for i in 0..self.live.len() {
+            self.signal(i, libc::SIGCONT);
+            self.signal(i, libc::SIGTERM);
+        }
+        for (name, child) in self.live.drain(..) {
+            let Ok(out) = child.wait_with_output().await else {
+                continue;
+            };
+            let text = String::from_utf8_lossy(&out.stdout);
+            let report = text
+                .lines()
+                .find_map(|l| l.strip_prefix(REPORT_MARKER))
+                .and_then(|j| serde_json::from_str(j.trim()).ok());
+            match report {
+                Some(r) => reports.push((name, r)),
+                None => eprintln!("worker {name} exited without a report ({})", out.status),
+            }
+        }
+        reports
+    }
+}
+
+/// What the chaos did, and where it stands.
+struct Chaos {
+    events: Vec<String>,
+    kill: Step,
+    pause: Step,
+    pause_for: Duration,
+}
+
+/// One chaos step: not yet due, in progress (a paused worker), or done.
+#[derive(Clone, Copy, PartialEq)]
+enum Step {
+    Pending,
+    Paused { since: Instant, target: usize },
+    Done,
+}
+
+impl Chaos {
+    fn new(args: &DemoArgs) -> Chaos {
+        let first = if args.no_chaos {
+            Step::Done
+        } else {
+            Step::Pending
+        };
+        Chaos {
+            events: Vec::new(),
+            kill: first,
+            pause: first,
+            pause_for: Duration::from_millis(args.lease_ms * 2 + 500),
+        }
+    }
+
+    /// Kills a worker at 25% of the jobs finished, pauses the busiest at 50%, and
+    /// resumes it once it has been stopped for longer than its lease.
+    async fn step(
+        &mut self,
+        idem: &Idem,
+        fleet: &mut Fleet,
+        done: usize,
+        total: usize,
+    ) -> anyhow::Result<()> {
+        if self.kill == Step::Pending && done * 4 >= total {
+            self.kill = Step::Done;
+            if let Some(event) = fleet.kill(0).await? {
+                self.events.push(event);
+            }
+        }
+        if self.pause == Step::Pending && done * 2 >= total {
+            let target = busiest(idem, fleet).await?;
+            self.pause = Step::Done;
+            if let Some((name, pid)) = fleet.signal(target, libc::SIGSTOP) {
+                self.events.push(format!(
+                    "paused {name} (pid {pid}) with SIGSTOP for {} ms, longer than its lease, then resumed it",
+                    self.pause_for.as_millis()
+                ));
+                self.pause = Step::Paused {
+                    since: Instant::now(),
+                    target,
+                };
+            }
+        }
+        if let Step::Paused { since, .. } = self.pause
+            && since.elapsed() >= self.pause_for
+        {
+            self.resume(fleet);
+        }
+        Ok(())
+    }
+
+    fn resume(&mut self, fleet: &Fleet) {
+        if let Step::Paused { target, .. } = self.pause {
+            fleet.signal(target, libc::SIGCONT);
+            self.pause = Step::Done;
+        }
+    }
+}
+
+/// Watches progress and runs the chaos until every job is finished.
+async fn drive(
+    idem: &Idem,
+    args: &DemoArgs,
+    fleet: &mut Fleet,
+    ids: (i64, i64),
+) -> anyhow::Result<Chaos> {
+    let bar = ProgressBar::new(args.jobs as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} jobs finished",
+    )?);
+    let mut chaos = Chaos::new(args);
+    let limit = Duration::from_secs(120) + Duration::from_millis(args.jobs as u64 * 20);
+    let deadline = Instant::now() + limit;
+    loop {
+        let done = finished(idem, ids).await?;
+        bar.set_position(done as u64);
+        if done >= args.jobs {
+            break;
+        }
+        if Instant::now() > deadline {
+            bar.abandon();
+            chaos.resume(fleet);
+            bail!(
+                "the demo did not finish within {limit:?}: {done} of {} jobs finished",
+                args.jobs
+            );
+        }
+        chaos.step(idem, fleet, done, args.jobs).await?;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    chaos.resume(fleet);
+    bar.finish();
+    Ok(chaos)
+}
+
+/// The live worker holding the most leases, so that pausing it matters.
+async fn busiest(idem: &Idem, fleet: &Fleet) -> anyhow::Result<usize> {
+    let sql = "SELECT lease_owner, count(*) FROM idem_job WHERE state = 'running' \
+               GROUP BY lease_owner ORDER BY count(*) DESC";
+    let rows = idem.store().query(sql, &[]).await?;
+    let owners: Vec<String> = rows
+        .into_iter()
+        .filter_map(|r| match r.first() {
+            Some(SqlValue::Text(owner)) => Some(owner.clone()),
+            _ => None,
+        })
+        .collect();
+    let index = owners
+        .iter()
+        .find_map(|o| fleet.live.iter().position(|(name, _)| name == o));
+    Ok(index.unwrap_or(0))
+}
+
+async fn scalar(idem: &Idem, sql: &str, ids: (i64, i64)) -> anyhow::Result<i64> {
+    let rows = idem
+        .store()
+        .query(sql, &[ids.0.into(), ids.1.into()])
+        .await?;
+    match rows.first().and_then(|r| r.first()) {
+        Some(SqlValue::Int(n)) => Ok(*n),
+        other => bail!("unexpected result {other:?} for {sql}"),
+    }
+}
+
+async fn finished(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<usize> {
+    let sql = "SELECT count(*) FROM idem_job WHERE id BETWEEN $1 AND $2 \
+               AND state IN ('completed', 'dead', 'cancelled')";
+    Ok(usize::try_from(scalar(idem, sql, ids).await?).unwrap_or(0))
+}
+
+/// What the database says after the run.
+struct Verdict {
+    enqueued: i64,
+    completed: i64,
+    dead: i64,
+    lost: i64,
+    duplicate_effects: i64,
+    missing_effects: i64,
+    stale_effects: i64,
+    rescued: i64,
+}
+
+impl Verdict {
+    fn ok(&self) -> bool {
+        self.lost == 0
+            && self.duplicate_effects == 0
+            && self.missing_effects == 0
+            && self.stale_effects == 0
+    }
+}
+
+async fn verify(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Verdict> {
+    let q = |sql: &'static str| scalar(idem, sql, ids);
+    let enqueued = q("SELECT count(*) FROM idem_job WHERE id BETWEEN $1 AND $2").await?;
+    let completed =
+        q("SELECT count(*) FROM idem_job WHERE id BETWEEN $1 AND $2 AND state = 'completed'")
+            .await?;
+    let dead =
+        q("SELECT count(*) FROM idem_job WHERE id BETWEEN $1 AND $2 AND state = 'dead'").await?;
+    Ok(Verdict {
+        enqueued,
+        completed,
+        dead,
+        lost: enqueued - completed - dead,
+        duplicate_effects: q("SELECT count(*) - count(DISTINCT job_id) FROM demo_outbox WHERE job_id BETWEEN $1 AND $2").await?,
+        missing_effects: q("SELECT count(*) FROM idem_job j WHERE j.id BETWEEN $1 AND $2 AND j.state = 'completed' \
+                            AND NOT EXISTS (SELECT 1 FROM demo_outbox o WHERE o.job_id = j.id)").await?,
+        stale_effects: q("SELECT count(*) FROM demo_outbox o JOIN idem_job j ON j.id = o.job_id \
+                          WHERE o.job_id BETWEEN $1 AND $2 AND o.fence <> j.fence").await?,
+        rescued: q("SELECT count(*) FROM idem_job_attempt WHERE job_id BETWEEN $1 AND $2 AND outcome = 'lease_expired'").await?,
+    })
+}
+
+fn print_report(
+    args: &DemoArgs,
+    chaos: &Chaos,
+    reports: &[(String, idem::WorkerReport)],
+    v: &Verdict,
+    elapsed: Duration,
+) {
+    let refused: u64 = reports.iter().map(|(_, r)| r.lease_lost).sum();
+    println!();
+    if args.no_chaos {
+        println!("chaos: off");
+    }
+    for e in &chaos.events {
+        println!("chaos: {e}");
+    }
+    let line = |label: &str, value: String| println!("  {label:<38} {value:>8}");
+    println!("report ({:.1} s):", elapsed.as_secs_f64());
+    line("jobs enqueued", v.enqueued.to_string());
+    line("jobs completed", v.completed.to_string());
+    line("jobs dead-lettered", v.dead.to_string());
+    line("jobs lost", v.lost.to_string());
+    line(
+        "duplicate effects (outbox)",
+        v.duplicate_effects.to_string(),
+    );
+    line("missing effects (outbox)", v.missing_effects.to_string());
+    line("effects from a stale claim", v.stale_effects.to_string());
+    line("leases expired and rescued", v.rescued.to_string());
+    line("stale commits refused by the fence", refused.to_string());
+    println!("  (the killed worker's own counts died with it; the rescues above include its jobs)");
+    println!(
+        "verdict: {}",
+        if v.ok() {
+            "OK: every job completed once, with exactly one effect"
+        } else {
+            "FAILED"
+        }
+    );
+}

@@ -1,0 +1,88 @@
+//! The `idem` binary: the only crate that reads flags and the environment.
+//!
+//! Commands parse their input into the library's types and print results; all behaviour
+//! lives in the `idem` crate. `anyhow` is used here and nowhere else.
+
+mod demo;
+mod ops;
+
+use clap::{Parser, Subcommand};
+
+/// Default database when neither `--database-url` nor `IDEM_DATABASE_URL` is given.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://idem.db";
+
+#[derive(Parser)]
+#[command(
+    name = "idem",
+    version,
+    about = "Durable background jobs whose effects happen once"
+)]
+struct Cli {
+    /// sqlite://path or postgres://user@host:port/db [default: sqlite://idem.db]
+    #[arg(long, env = "IDEM_DATABASE_URL", global = true)]
+    database_url: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the demonstration: jobs, worker processes killed and paused, a verified report
+    Demo(demo::DemoArgs),
+    /// Apply pending migrations
+    Migrate,
+    /// Enqueue one job
+    Enqueue(ops::EnqueueArgs),
+    /// List, show and cancel jobs
+    #[command(subcommand)]
+    Jobs(ops::JobsCommand),
+    /// Job counts per queue and state
+    Queues,
+    /// Worker process used by `idem demo` (not for direct use)
+    #[command(hide = true)]
+    DemoWorker(demo::DemoWorkerArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    let url = cli.database_url.clone();
+    let db = || {
+        url.clone()
+            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned())
+    };
+    match cli.command {
+        Command::Demo(args) => demo::run(args, url).await,
+        Command::DemoWorker(args) => demo::worker(args, db()).await,
+        Command::Migrate => ops::migrate(&db()).await,
+        Command::Enqueue(args) => ops::enqueue(&db(), args).await,
+        Command::Jobs(cmd) => ops::jobs(&db(), cmd).await,
+        Command::Queues => ops::queues(&db()).await,
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

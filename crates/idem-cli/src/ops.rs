@@ -1,0 +1,162 @@
+//! Operator commands: migrate, enqueue, jobs list/show/cancel, queues.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use idem::{Idem, Job, JobList, JobRow, JobState};
+
+async fn connect(url: &str) -> anyhow::Result<Idem> {
+    Idem::connect(url)
+        .await
+        .with_context(|| "cannot open the idem database".to_string())
+}
+
+/// `idem migrate`.
+pub async fn migrate(url: &str) -> anyhow::Result<ExitCode> {
+    let store = idem::connect_store(url).await?;
+    let applied = store.migrate().await?;
+    println!("applied {applied} migration(s); the schema is current");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `idem enqueue`.
+#[derive(Args)]
+pub struct EnqueueArgs {
+    /// Job kind (the handler's name)
+    #[arg(long)]
+    kind: String,
+    /// Arguments as JSON
+    #[arg(long, default_value = "{}")]
+    args: String,
+    /// Queue
+    #[arg(long, default_value = "default")]
+    queue: String,
+    /// Priority; lower runs first
+    #[arg(long, default_value_t = 0)]
+    priority: i16,
+    /// Earliest start, RFC 3339 (e.g. 2026-12-01T10:00:00Z)
+    #[arg(long)]
+    run_at: Option<String>,
+    /// Attempts before the job is dead
+    #[arg(long)]
+    max_attempts: Option<i32>,
+}
+
+/// `idem enqueue`.
+pub async fn enqueue(url: &str, a: EnqueueArgs) -> anyhow::Result<ExitCode> {
+    let args: serde_json::Value = serde_json::from_str(&a.args)
+        .with_context(|| format!("--args is not valid JSON: {:?}", a.args))?;
+    let mut job = Job::new(a.kind, args).queue(a.queue).priority(a.priority);
+    if let Some(at) = a.run_at {
+        let at = chrono::DateTime::parse_from_rfc3339(&at)
+            .with_context(|| format!("--run-at {at:?} is not an RFC 3339 time"))?;
+        job = job.run_at(at.with_timezone(&chrono::Utc));
+    }
+    if let Some(n) = a.max_attempts {
+        job = job.max_attempts(n);
+    }
+    let idem = connect(url).await?;
+    let row = idem.enqueue(job).await?;
+    println!("{}", serde_json::to_string_pretty(&row)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `idem jobs …`.
+#[derive(Subcommand)]
+pub enum JobsCommand {
+    /// List jobs, newest first
+    List {
+        /// Only this state (scheduled, available, running, retryable, completed, dead, cancelled)
+        #[arg(long)]
+        state: Option<String>,
+        /// Only this queue
+        #[arg(long)]
+        queue: Option<String>,
+        /// Only this kind
+        #[arg(long)]
+        kind: Option<String>,
+        /// Only ids below this one (pagination)
+        #[arg(long)]
+        before: Option<i64>,
+        /// At most this many
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show one job with its attempts
+    Show {
+        /// Job id
+        id: i64,
+    },
+    /// Cancel an unfinished job
+    Cancel {
+        /// Job id
+        id: i64,
+    },
+}
+
+/// `idem jobs …`.
+pub async fn jobs(url: &str, cmd: JobsCommand) -> anyhow::Result<ExitCode> {
+    let idem = connect(url).await?;
+    match cmd {
+        JobsCommand::List {
+            state,
+            queue,
+            kind,
+            before,
+            limit,
+        } => {
+            let state = state.map(|s| s.parse::<JobState>()).transpose()?;
+            let filter = JobList {
+                state,
+                queue,
+                kind,
+                before_id: before,
+                limit,
+            };
+            print_jobs(&idem.jobs(filter).await?);
+        }
+        JobsCommand::Show { id } => {
+            let Some(job) = idem.job(id).await? else {
+                bail!("job {id} not found");
+            };
+            let attempts = idem.attempts(id).await?;
+            let out = serde_json::json!({ "job": job, "attempts": attempts });
+            println!("{}", serde_json::to_string_pretty(&out)?);
+        }
+        JobsCommand::Cancel { id } => {
+            let job = idem.cancel(id).await?;
+            println!("job {} is {}", job.id, job.state);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_jobs(rows: &[JobRow]) {
+    println!(
+        "{:>10}  {:<10}  {:<16}  {:<24}  {:>7}  last error",
+        "id", "state", "queue", "kind", "attempt"
+    );
+    for j in rows {
+        println!(
+            "{:>10}  {:<10}  {:<16}  {:<24}  {:>3}/{:<3}  {}",
+            j.id,
+            j.state.as_str(),
+            j.queue,
+            j.kind,
+            j.attempt,
+            j.max_attempts,
+            j.last_error.as_deref().unwrap_or("")
+        );
+    }
+}
+
+/// `idem queues`.
+pub async fn queues(url: &str) -> anyhow::Result<ExitCode> {
+    let idem = connect(url).await?;
+    println!("{:<24}  {:<10}  {:>10}", "queue", "state", "jobs");
+    for c in idem.queue_counts().await? {
+        println!("{:<24}  {:<10}  {:>10}", c.queue, c.state.as_str(), c.count);
+    }
+    Ok(ExitCode::SUCCESS)
+}

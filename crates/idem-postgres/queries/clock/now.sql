@@ -1,0 +1,3 @@
+-- The database clock.
+-- PostgreSQL dialect: a timestamptz (SQLite: milliseconds since the Unix epoch).
+SELECT now() AS now

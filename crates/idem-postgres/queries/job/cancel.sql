@@ -1,0 +1,7 @@
+-- Cancels job $1 if it is unfinished; $2 timestamptz, NULL = database clock.
+UPDATE idem_job
+SET state = 'cancelled',
+    finalized_at = coalesce($2::timestamptz, now()),
+    lease_expires_at = NULL
+WHERE id = $1 AND state IN ('scheduled', 'available', 'running', 'retryable')
+RETURNING *

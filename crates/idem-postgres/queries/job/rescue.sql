@@ -1,0 +1,26 @@
+-- Moves up to $1 running jobs whose lease expired before now ($3 timestamptz, NULL =
+-- database clock) to retryable at now + $2 ms, or to dead when no attempts are left.
+-- PostgreSQL dialect: the candidates are locked with FOR UPDATE SKIP LOCKED, so a job whose
+-- row an in-flight effect transaction holds (job/lock.sql) is skipped, not rescued under it;
+-- the next sweep sees it again if its lease is still expired.
+WITH picked AS (
+    SELECT id FROM idem_job
+    WHERE state = 'running'
+      AND lease_expires_at < coalesce($3::timestamptz, now())
+    ORDER BY lease_expires_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE idem_job
+SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retryable' END,
+    run_at = CASE WHEN attempt >= max_attempts THEN run_at
+                  ELSE coalesce($3::timestamptz, now()) + $2::bigint * interval '1 millisecond'
+             END,
+    finalized_at = CASE WHEN attempt >= max_attempts
+                        THEN coalesce($3::timestamptz, now()) END,
+    last_error = 'lease expired: the worker holding fence ' || fence
+                 || ' stopped heartbeating (crashed, paused or partitioned)',
+    lease_expires_at = NULL
+FROM picked
+WHERE idem_job.id = picked.id
+RETURNING idem_job.*

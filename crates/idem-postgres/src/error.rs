@@ -1,0 +1,68 @@
+//! The one translation of PostgreSQL driver errors into [`StoreError`].
+//!
+//! Classification is by SQLSTATE (class and code), never by message text, so it does not
+//! depend on the server's language. What must stay true: every error that retrying can
+//! cure (serialization failures, deadlocks, lock timeouts, lost connections, an exhausted
+//! pool) maps to a variant for which [`StoreError::is_retryable`] is true, and nothing
+//! else does.
+
+use idem_store::StoreError;
+use sqlx::error::DatabaseError;
+
+/// Translates a sqlx PostgreSQL error into the store's vocabulary.
+pub fn interpret_error(e: sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::Database(db) => interpret_sqlstate(db.as_ref()),
+        sqlx::Error::PoolTimedOut => StoreError::Unavailable(
+            "timed out waiting for a PostgreSQL connection (the server is unreachable or every \
+             pooled connection is busy)"
+                .into(),
+        ),
+        sqlx::Error::PoolClosed => StoreError::Unavailable("the PostgreSQL store is closed".into()),
+        sqlx::Error::Io(io) => StoreError::Unavailable(io.to_string()),
+        sqlx::Error::Tls(tls) => StoreError::Unavailable(format!("TLS: {tls}")),
+        sqlx::Error::WorkerCrashed => {
+            StoreError::Unavailable("the PostgreSQL connection's worker crashed".into())
+        }
+        sqlx::Error::Configuration(c) => StoreError::Config(c.to_string()),
+        sqlx::Error::Encode(enc) => StoreError::Invalid(format!("cannot encode a value: {enc}")),
+        other => StoreError::Database(other.to_string()),
+    }
+}
+
+/// Classifies a server error by its SQLSTATE.
+fn interpret_sqlstate(db: &dyn DatabaseError) -> StoreError {
+    let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+    let msg = db.message().to_owned();
+    let class = code.get(..2).unwrap_or_default();
+    match (class, code.as_str()) {
+        (_, "23505") => StoreError::Duplicate(msg),
+        // serialization_failure, deadlock_detected, lock_not_available,
+        // too_many_connections
+        (_, "40001" | "40P01" | "55P03" | "53300") => StoreError::Busy(msg),
+        // check_violation, not_null_violation, and data exceptions (bad input syntax,
+        // out-of-range values, invalid JSON, …)
+        (_, "23514" | "23502") | ("22", _) => StoreError::Invalid(msg),
+        // connection exceptions; admin/crash/cannot-connect-now shutdowns
+        ("08", _) | (_, "57P01" | "57P02" | "57P03") => StoreError::Unavailable(msg),
+        // invalid authorization, unknown database: the settings are wrong
+        ("28", _) | (_, "3D000") => StoreError::Config(format!("{msg} (SQLSTATE {code})")),
+        _ => StoreError::Database(format!("{msg} (SQLSTATE {code})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_and_pool_errors_are_unavailable() {
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(matches!(
+            interpret_error(sqlx::Error::Io(io)),
+            StoreError::Unavailable(_)
+        ));
+        assert!(interpret_error(sqlx::Error::PoolTimedOut).is_retryable());
+        assert!(interpret_error(sqlx::Error::PoolClosed).is_retryable());
+    }
+}

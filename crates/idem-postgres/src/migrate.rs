@@ -1,0 +1,68 @@
+//! Embedded migrations for PostgreSQL, applied by one entry point in one transaction.
+//!
+//! What must stay true: the migrations are numbered and named as in `idem-sqlite`; the
+//! first statement of the transaction takes the advisory lock [`MIGRATION_LOCK_KEY`], so
+//! concurrent migrators (several workers starting at once) run one after another and the
+//! later ones find nothing to do; PostgreSQL's DDL is transactional, so a failed migration
+//! leaves nothing behind.
+
+use idem_store::migration::{Migration, pending};
+use idem_store::{StoreError, StoreResult};
+use sqlx::PgPool;
+
+use crate::error::interpret_error;
+
+/// The key of the transaction-level advisory lock that serialises migrators: the ASCII
+/// bytes of "idem" (0x6964656d). Shared by every schema of a database, so migrators of
+/// different schemas wait for each other too, which costs little and keeps one key.
+pub(crate) const MIGRATION_LOCK_KEY: i64 = 0x6964_656d;
+
+/// Every migration, numbered as in `idem-sqlite`.
+pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    name: "job",
+    sql: include_str!("../migrations/0001_job.sql"),
+}];
+
+/// Applies pending migrations in one transaction under the advisory lock; returns how
+/// many ran.
+pub(crate) async fn run(pool: &PgPool) -> StoreResult<usize> {
+    let mut tx = pool.begin().await.map_err(interpret_error)?;
+    sqlx::query(include_str!("../queries/migration/lock.sql"))
+        .bind(MIGRATION_LOCK_KEY)
+        .execute(&mut *tx)
+        .await
+        .map_err(interpret_error)?;
+    sqlx::raw_sql(include_str!("../migrations/0000_migration_table.sql"))
+        .execute(&mut *tx)
+        .await
+        .map_err(interpret_error)?;
+    let applied: Vec<i64> = sqlx::query_scalar(include_str!("../queries/migration/applied.sql"))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(interpret_error)?;
+    let todo = pending(MIGRATIONS, &applied)?;
+    for m in &todo {
+        sqlx::raw_sql(m.sql)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| migration_error(m, e))?;
+        sqlx::query(include_str!("../queries/migration/record.sql"))
+            .bind(m.version)
+            .bind(m.name)
+            .execute(&mut *tx)
+            .await
+            .map_err(interpret_error)?;
+    }
+    tx.commit().await.map_err(interpret_error)?;
+    Ok(todo.len())
+}
+
+fn migration_error(m: &Migration, e: sqlx::Error) -> StoreError {
+    StoreError::Migration(format!(
+        "migration {:04}_{} failed: {}",
+        m.version,
+        m.name,
+        interpret_error(e)
+    ))
+}

@@ -1,0 +1,66 @@
+//! Decoding PostgreSQL rows into the seam's records.
+//!
+//! PostgreSQL dialect: timestamps are `timestamptz`, decoded straight into UTC; `args` is
+//! `jsonb`. Columns are read by name, so `SELECT *` and `RETURNING *` stay correct when a
+//! migration adds a column. What must stay true: the Rust types here match the schema's
+//! widths (priority `smallint` = `i16`, attempt and max_attempts `integer` = `i32`, ids and
+//! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
+
+use idem_store::{AttemptRow, JobRow, QueueCount, StoreResult};
+use sqlx::Row;
+use sqlx::postgres::PgRow;
+
+use crate::error::interpret_error;
+
+/// One column by name.
+pub(crate) fn get<'r, T>(row: &'r PgRow, col: &str) -> StoreResult<T>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get(col).map_err(interpret_error)
+}
+
+/// An `idem_job` row.
+pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
+    Ok(JobRow {
+        id: get(row, "id")?,
+        kind: get(row, "kind")?,
+        queue: get(row, "queue")?,
+        args: get(row, "args")?,
+        priority: get(row, "priority")?,
+        state: get::<String>(row, "state")?.parse()?,
+        attempt: get(row, "attempt")?,
+        max_attempts: get(row, "max_attempts")?,
+        run_at: get(row, "run_at")?,
+        fence: get(row, "fence")?,
+        lease_owner: get(row, "lease_owner")?,
+        lease_expires_at: get(row, "lease_expires_at")?,
+        batch_id: get(row, "batch_id")?,
+        created_at: get(row, "created_at")?,
+        attempted_at: get(row, "attempted_at")?,
+        finalized_at: get(row, "finalized_at")?,
+        last_error: get(row, "last_error")?,
+    })
+}
+
+/// An `idem_job_attempt` row.
+pub(crate) fn attempt(row: &PgRow) -> StoreResult<AttemptRow> {
+    Ok(AttemptRow {
+        job_id: get(row, "job_id")?,
+        attempt: get(row, "attempt")?,
+        fence: get(row, "fence")?,
+        outcome: get::<String>(row, "outcome")?.parse()?,
+        error: get(row, "error")?,
+        started_at: get(row, "started_at")?,
+        finished_at: get(row, "finished_at")?,
+    })
+}
+
+/// A row of `queue/counts.sql`.
+pub(crate) fn queue_count(row: &PgRow) -> StoreResult<QueueCount> {
+    Ok(QueueCount {
+        queue: get(row, "queue")?,
+        state: get::<String>(row, "state")?.parse()?,
+        count: get(row, "count")?,
+    })
+}

@@ -1,0 +1,357 @@
+//! Checks of this crate alone: settings validation and password redaction without a
+//! server, and one smoke run of the job lifecycle against the server named by
+//! `IDEM_TEST_PG_URL` (skipped with a notice when it is unset), in a fresh schema that it
+//! drops afterwards. The shared conformance suite (`idem-store-tests`) is the contract;
+//! this only keeps the crate honest on its own.
+
+use chrono::{Duration as Span, Utc};
+use idem_store::{
+    AttemptOutcome, JobCancel, JobClaim, JobComplete, JobFail, JobHeartbeat, JobInsert, JobList,
+    JobRescue, JobState, LeaseToken, NewJob, SqlValue, Store, StoreError,
+};
+
+use super::*;
+
+#[test]
+fn redact_hides_passwords() {
+    assert_eq!(
+        redact("postgres://u:secret@h:5432/db?sslmode=disable"),
+        "postgres://u:***@h:5432/db?sslmode=disable"
+    );
+    assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    assert_eq!(
+        redact("postgres://h/db?user=u&password=secret"),
+        "postgres://h/db?user=u&password=***"
+    );
+}
+
+#[test]
+fn schema_names_are_checked() {
+    for ok in ["idem", "_x", "idem_test_1"] {
+        assert!(is_plain_identifier(ok), "{ok}");
+    }
+    for bad in ["", "1x", "Idem", "a-b", "a;drop", "a\"b", &"a".repeat(64)] {
+        assert!(!is_plain_identifier(bad), "{bad}");
+    }
+}
+
+#[tokio::test]
+async fn bad_settings_are_config_errors() {
+    let err = PgStore::connect("mysql://u:pw@h/db", PgOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Config(_)), "{err}");
+    assert!(err.to_string().contains("postgres://"), "{err}");
+    assert!(!err.to_string().contains("pw"), "{err}");
+    let options = PgOptions {
+        schema: Some("Bad-Name".into()),
+        ..PgOptions::default()
+    };
+    let err = PgStore::connect("postgres://h/db", options)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("Bad-Name"), "{err}");
+}
+
+#[tokio::test]
+async fn unreachable_server_is_unavailable() {
+    let url = "postgres://u:secret@127.0.0.1:1/db";
+    let err = PgStore::connect(url, PgOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("127.0.0.1:1") && !msg.contains("secret"),
+        "{msg}"
+    );
+}
+
+fn test_url() -> Option<String> {
+    let url = std::env::var("IDEM_TEST_PG_URL").ok();
+    if url.is_none() {
+        eprintln!("IDEM_TEST_PG_URL is not set; skipping the PostgreSQL smoke test");
+    }
+    url
+}
+
+fn fresh_schema() -> String {
+    let nanos = Utc::now().timestamp_subsec_nanos();
+    format!("idem_smoke_{}_{nanos}", std::process::id())
+}
+
+fn new_job(queue: &str) -> NewJob {
+    NewJob {
+        kind: "smoke".into(),
+        queue: queue.into(),
+        args: serde_json::json!({"n": 1}),
+        priority: 0,
+        run_at: None,
+        max_attempts: 3,
+    }
+}
+
+fn claim(queue: &str, limit: u32, now: Timestamp) -> JobClaim {
+    JobClaim {
+        queue: queue.into(),
+        limit,
+        lease_ms: 30_000,
+        worker: "smoke-worker".into(),
+        now: Some(now),
+    }
+}
+
+async fn complete(
+    store: &PgStore,
+    lease: LeaseToken,
+    now: Option<Timestamp>,
+) -> StoreResult<JobRow> {
+    store.job_complete(JobComplete { lease, now }).await
+}
+
+async fn fail(
+    store: &PgStore,
+    lease: LeaseToken,
+    retry_in_ms: Option<i64>,
+    now: Timestamp,
+) -> JobRow {
+    let error = format!("failed, retry in {retry_in_ms:?}");
+    let now = Some(now);
+    let params = JobFail {
+        lease,
+        error,
+        retry_in_ms,
+        now,
+    };
+    store.job_fail(params).await.unwrap()
+}
+
+#[tokio::test]
+async fn smoke_lifecycle() {
+    let Some(url) = test_url() else { return };
+    let schema = fresh_schema();
+    let options = PgOptions {
+        schema: Some(schema.clone()),
+        ..PgOptions::default()
+    };
+    let store = PgStore::connect(&url, options).await.unwrap();
+    assert_eq!(store.migrate().await.unwrap(), 1);
+    assert_eq!(store.migrate().await.unwrap(), 0);
+    let t0 = store.now().await.unwrap();
+    lifecycle(&store, t0).await;
+    cancel_paths(&store, t0).await;
+    caller_sql(&store).await;
+    search_path_from_url(&url, &schema).await;
+    drop_schema(&store, &schema).await;
+}
+
+async fn lifecycle(store: &PgStore, t0: Timestamp) {
+    let jobs = vec![new_job("q"), new_job("q"), new_job("q")];
+    let inserted = store
+        .job_insert(JobInsert {
+            jobs,
+            now: Some(t0),
+        })
+        .await
+        .unwrap();
+    assert_eq!(inserted.len(), 3);
+    assert!(inserted.windows(2).all(|w| w[0].id < w[1].id));
+    assert!(inserted.iter().all(|j| j.state == JobState::Available));
+    let claimed = store.job_claim(claim("q", 2, t0)).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    assert!(
+        claimed
+            .iter()
+            .all(|j| j.fence == 1 && j.state == JobState::Running)
+    );
+    let leases: Vec<_> = claimed.iter().map(|j| j.lease_token()).collect();
+    let renewed = store
+        .job_heartbeat(JobHeartbeat {
+            leases: leases.clone(),
+            lease_ms: 60_000,
+            now: Some(t0),
+        })
+        .await
+        .unwrap();
+    assert_eq!(renewed.len(), 2);
+    assert!(
+        renewed
+            .iter()
+            .all(|r| r.lease_expires_at > t0 + Span::seconds(59))
+    );
+    let done = complete(store, leases[0], Some(t0)).await.unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    fail_and_rescue(store, t0, claimed[1].id, inserted[2].id).await;
+}
+
+async fn fail_and_rescue(store: &PgStore, t0: Timestamp, failing: i64, other: i64) {
+    let lease = store.job_get(failing).await.unwrap().unwrap().lease_token();
+    let failed = fail(store, lease, Some(1_000), t0).await;
+    assert_eq!(failed.state, JobState::Retryable);
+    assert_eq!(failed.run_at, t0 + Span::seconds(1));
+    let later = t0 + Span::seconds(2);
+    let again = store.job_claim(claim("q", 2, later)).await.unwrap();
+    assert_eq!(
+        again.iter().map(|j| j.id).collect::<Vec<_>>(),
+        [failing, other]
+    );
+    let dead = fail(store, again[0].lease_token(), None, later).await;
+    assert_eq!(dead.state, JobState::Dead);
+    assert!(dead.finalized_at.is_some());
+    let rescued = store
+        .job_rescue(JobRescue {
+            limit: 10,
+            retry_in_ms: 0,
+            now: Some(t0 + Span::hours(1)),
+        })
+        .await
+        .unwrap();
+    assert_eq!(rescued.iter().map(|j| j.id).collect::<Vec<_>>(), [other]);
+    assert_eq!(rescued[0].state, JobState::Retryable);
+    let stale = complete(store, again[1].lease_token(), None)
+        .await
+        .unwrap_err();
+    assert!(stale.is_lease_lost(), "{stale}");
+    check_history(store, failing, other).await;
+}
+
+async fn check_history(store: &PgStore, failing: i64, other: i64) {
+    let outcomes = |rows: Vec<idem_store::AttemptRow>| -> Vec<AttemptOutcome> {
+        rows.into_iter().map(|a| a.outcome).collect()
+    };
+    let h = outcomes(store.job_attempts(failing).await.unwrap());
+    assert_eq!(h, [AttemptOutcome::Retryable, AttemptOutcome::Dead]);
+    let h = outcomes(store.job_attempts(other).await.unwrap());
+    assert_eq!(h, [AttemptOutcome::LeaseExpired]);
+    let dead = store
+        .job_list(JobList {
+            state: Some(JobState::Dead),
+            limit: 10,
+            ..JobList::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(dead.iter().map(|j| j.id).collect::<Vec<_>>(), [failing]);
+    let counts = store.queue_counts().await.unwrap();
+    assert_eq!(counts.iter().map(|c| c.count).sum::<i64>(), 3);
+}
+
+async fn cancel_paths(store: &PgStore, t0: Timestamp) {
+    let job = store
+        .job_insert(JobInsert {
+            jobs: vec![new_job("c")],
+            now: Some(t0),
+        })
+        .await
+        .unwrap()
+        .remove(0);
+    let running = store.job_claim(claim("c", 1, t0)).await.unwrap().remove(0);
+    let cancel = |now| JobCancel {
+        job_id: job.id,
+        now,
+    };
+    let cancelled = store.job_cancel(cancel(Some(t0))).await.unwrap();
+    assert_eq!(cancelled.state, JobState::Cancelled);
+    let history = store.job_attempts(job.id).await.unwrap();
+    assert_eq!(history[0].outcome, AttemptOutcome::Cancelled);
+    let lost = complete(store, running.lease_token(), None)
+        .await
+        .unwrap_err();
+    assert!(lost.is_lease_lost(), "{lost}");
+    let again = store.job_cancel(cancel(None)).await.unwrap_err();
+    assert!(matches!(again, StoreError::Conflict(_)), "{again}");
+    let missing = JobCancel {
+        job_id: i64::MAX,
+        now: None,
+    };
+    let err = store.job_cancel(missing).await.unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+}
+
+async fn caller_sql(store: &PgStore) {
+    let mut tx = store.begin().await.unwrap();
+    tx.execute("CREATE TABLE smoke_t (a integer, b text, c jsonb)", &[])
+        .await
+        .unwrap();
+    let args = [
+        SqlValue::Null,
+        SqlValue::Null,
+        SqlValue::Json(serde_json::json!([1])),
+    ];
+    let n = tx
+        .execute("INSERT INTO smoke_t VALUES ($1, $2, $3)", &args)
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let dup = tx.execute("CREATE TABLE smoke_t (a int)", &[]).await;
+    assert!(dup.is_err());
+    tx.rollback().await.unwrap();
+    caller_sql_types(store).await;
+}
+
+/// Every SqlValue kind read back from its PostgreSQL type.
+async fn caller_sql_types(store: &PgStore) {
+    let now = Utc::now();
+    let args = [
+        SqlValue::Int(7),
+        SqlValue::Text("x".into()),
+        SqlValue::Timestamp(now),
+        SqlValue::Bytes(vec![1, 2]),
+    ];
+    let sql = "SELECT $1::bigint, 2::int2, $2, $3::timestamptz, $4::bytea, 1.5::numeric, \
+               -12345.678::numeric, true, 0.25::float4, '{\"k\":1}'::json, NULL::int, \
+               '2024-01-02 03:04:05'::timestamp";
+    let rows = store.query(sql, &args).await.unwrap();
+    let micros = now.timestamp_micros();
+    let expected = vec![
+        SqlValue::Int(7),
+        SqlValue::Int(2),
+        SqlValue::Text("x".into()),
+        SqlValue::Timestamp(chrono::DateTime::from_timestamp_micros(micros).unwrap()),
+        SqlValue::Bytes(vec![1, 2]),
+        SqlValue::Real(1.5),
+        SqlValue::Real(-12345.678),
+        SqlValue::Bool(true),
+        SqlValue::Real(0.25),
+        SqlValue::Json(serde_json::json!({"k": 1})),
+        SqlValue::Null,
+        SqlValue::Timestamp("2024-01-02T03:04:05Z".parse().unwrap()),
+    ];
+    assert_eq!(rows, vec![expected]);
+}
+
+async fn search_path_from_url(url: &str, schema: &str) {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let url = format!("{url}{sep}options=-c%20search_path%3D{schema}");
+    let store = PgStore::connect(&url, PgOptions::default()).await.unwrap();
+    assert_eq!(store.migrate().await.unwrap(), 0);
+    let list = store
+        .job_list(JobList {
+            limit: 100,
+            ..JobList::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(list.len(), 4);
+    store.close().await;
+}
+
+async fn drop_schema(store: &PgStore, schema: &str) {
+    let sql = format!("DROP SCHEMA \"{schema}\" CASCADE");
+    let mut tx = store.begin().await.unwrap();
+    tx.execute(&sql, &[]).await.unwrap();
+    tx.commit().await.unwrap();
+    store.close().await;
+}
+
+#[test]
+fn search_path_goes_into_the_query_string() {
+    assert_eq!(
+        crate::url_with_search_path("postgres://u@h:5432/db", "idem_test_1"),
+        "postgres://u@h:5432/db?options=-c%20search_path%3Didem_test_1"
+    );
+    assert_eq!(
+        crate::url_with_search_path("postgres://u@h/db?sslmode=disable", "s"),
+        "postgres://u@h/db?sslmode=disable&options=-c%20search_path%3Ds"
+    );
+}

@@ -1,0 +1,279 @@
+//! [`PgTx`]: one PostgreSQL transaction (READ COMMITTED) on a pooled connection, and every
+//! transactional job operation.
+//!
+//! Each guarded write names state and fence in its `WHERE` clause; zero rows is
+//! `LeaseLost`. The attempt history row is written in the same transaction as the state
+//! change it records. Where SQLite relies on its single writer, this store relies on row
+//! locks: claims and rescues take `FOR UPDATE SKIP LOCKED`, an effect transaction holds its
+//! job's row from `job_lock` to commit, and READ COMMITTED re-checks a guarded `WHERE`
+//! against the latest committed row before writing it.
+
+use std::any::Any;
+
+use async_trait::async_trait;
+use chrono::SecondsFormat;
+use idem_store::{
+    AttemptOutcome, Backend, JobCancel, JobClaim, JobComplete, JobFail, JobHeartbeat, JobInsert,
+    JobLock, JobRescue, JobRow, LeaseRenewal, LeaseToken, SqlValue, StoreError, StoreResult,
+    StoreTx, Timestamp,
+};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::{PgPool, Postgres, Transaction};
+
+use crate::error::interpret_error;
+use crate::row;
+use crate::value;
+
+/// An open transaction on a PostgreSQL store.
+pub struct PgTx {
+    tx: Transaction<'static, Postgres>,
+}
+
+impl PgTx {
+    pub(crate) async fn begin(pool: &PgPool) -> StoreResult<Self> {
+        let tx = pool.begin().await.map_err(interpret_error)?;
+        Ok(PgTx { tx })
+    }
+
+    /// The sqlx transaction, for a caller's own statements with sqlx's API.
+    pub fn inner(&mut self) -> &mut Transaction<'static, Postgres> {
+        &mut self.tx
+    }
+
+    async fn fetch_jobs(&mut self, q: Query) -> StoreResult<Vec<JobRow>> {
+        let rows = q.fetch_all(&mut *self.tx).await.map_err(interpret_error)?;
+        let mut jobs = rows.iter().map(row::job).collect::<StoreResult<Vec<_>>>()?;
+        jobs.sort_by_key(|j| j.id);
+        Ok(jobs)
+    }
+
+    async fn fetch_guarded(&mut self, q: Query, lease: LeaseToken) -> StoreResult<JobRow> {
+        let row: Option<PgRow> = q
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        match row {
+            Some(r) => row::job(&r),
+            None => Err(StoreError::LeaseLost {
+                job_id: lease.job_id,
+                fence: lease.fence,
+            }),
+        }
+    }
+
+    async fn record_attempt(&mut self, rec: AttemptRecord<'_>) -> StoreResult<()> {
+        sqlx::query(include_str!("../queries/job_attempt/insert.sql"))
+            .bind(rec.job_id)
+            .bind(rec.outcome.as_str())
+            .bind(rec.error)
+            .bind(rec.now)
+            .bind(rec.only_if_state)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        Ok(())
+    }
+}
+
+type Query = sqlx::query::Query<'static, Postgres, PgArguments>;
+
+/// One attempt-history row to write for a job's current claim.
+struct AttemptRecord<'a> {
+    job_id: i64,
+    outcome: AttemptOutcome,
+    error: Option<&'a str>,
+    now: Option<Timestamp>,
+    only_if_state: Option<&'static str>,
+}
+
+/// The batch as one JSON array for `jsonb_to_recordset`. `run_at` is written with
+/// microseconds, truncated, exactly as sqlx binds a timestamp, so a time round-trips the
+/// same whichever way it reaches the database.
+fn jobs_json(p: &JobInsert) -> String {
+    let items: Vec<serde_json::Value> = p
+        .jobs
+        .iter()
+        .map(|j| {
+            serde_json::json!({
+                "kind": j.kind, "queue": j.queue, "args": j.args, "priority": j.priority,
+                "run_at": j.run_at.map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+                "max_attempts": j.max_attempts,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(items).to_string()
+}
+
+#[async_trait]
+impl StoreTx for PgTx {
+    fn backend(&self) -> Backend {
+        Backend::Postgres
+    }
+
+    async fn commit(self: Box<Self>) -> StoreResult<()> {
+        self.tx.commit().await.map_err(interpret_error)
+    }
+
+    async fn rollback(self: Box<Self>) -> StoreResult<()> {
+        self.tx.rollback().await.map_err(interpret_error)
+    }
+
+    async fn job_insert(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+        if p.jobs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let q = sqlx::query(include_str!("../queries/job/insert.sql"))
+            .bind(jobs_json(&p))
+            .bind(p.now);
+        self.fetch_jobs(q).await
+    }
+
+    async fn job_claim(&mut self, p: JobClaim) -> StoreResult<Vec<JobRow>> {
+        let q = sqlx::query(include_str!("../queries/job/claim.sql"))
+            .bind(p.queue)
+            .bind(i64::from(p.limit))
+            .bind(p.worker)
+            .bind(p.lease_ms)
+            .bind(p.now);
+        self.fetch_jobs(q).await
+    }
+
+    async fn job_heartbeat(&mut self, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
+        if p.leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let leases = serde_json::to_string(&p.leases)
+            .map_err(|e| StoreError::Invalid(format!("cannot encode leases: {e}")))?;
+        let rows = sqlx::query(include_str!("../queries/job/heartbeat.sql"))
+            .bind(leases)
+            .bind(p.lease_ms)
+            .bind(p.now)
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        rows.iter().map(renewal).collect()
+    }
+
+    async fn job_lock(&mut self, p: JobLock) -> StoreResult<JobRow> {
+        let q = sqlx::query(include_str!("../queries/job/lock.sql"))
+            .bind(p.lease.job_id)
+            .bind(p.lease.fence);
+        self.fetch_guarded(q, p.lease).await
+    }
+
+    async fn job_complete(&mut self, p: JobComplete) -> StoreResult<JobRow> {
+        let q = sqlx::query(include_str!("../queries/job/complete.sql"))
+            .bind(p.lease.job_id)
+            .bind(p.lease.fence)
+            .bind(p.now);
+        let job = self.fetch_guarded(q, p.lease).await?;
+        self.record_attempt(AttemptRecord {
+            job_id: job.id,
+            outcome: AttemptOutcome::Completed,
+            error: None,
+            now: p.now,
+            only_if_state: None,
+        })
+        .await?;
+        Ok(job)
+    }
+
+    async fn job_fail(&mut self, p: JobFail) -> StoreResult<JobRow> {
+        let q = sqlx::query(include_str!("../queries/job/fail.sql"))
+            .bind(p.lease.job_id)
+            .bind(p.lease.fence)
+            .bind(p.retry_in_ms)
+            .bind(p.error.clone())
+            .bind(p.now);
+        let job = self.fetch_guarded(q, p.lease).await?;
+        self.record_attempt(AttemptRecord {
+            job_id: job.id,
+            outcome: AttemptOutcome::of_failure(&job),
+            error: Some(&p.error),
+            now: p.now,
+            only_if_state: None,
+        })
+        .await?;
+        Ok(job)
+    }
+
+    async fn job_rescue(&mut self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
+        let q = sqlx::query(include_str!("../queries/job/rescue.sql"))
+            .bind(i64::from(p.limit))
+            .bind(p.retry_in_ms)
+            .bind(p.now);
+        let jobs = self.fetch_jobs(q).await?;
+        for job in &jobs {
+            self.record_attempt(AttemptRecord {
+                job_id: job.id,
+                outcome: AttemptOutcome::LeaseExpired,
+                error: job.last_error.as_deref(),
+                now: p.now,
+                only_if_state: None,
+            })
+            .await?;
+        }
+        Ok(jobs)
+    }
+
+    async fn job_cancel(&mut self, p: JobCancel) -> StoreResult<JobRow> {
+        self.record_attempt(AttemptRecord {
+            job_id: p.job_id,
+            outcome: AttemptOutcome::Cancelled,
+            error: Some("cancelled by an operator while running"),
+            now: p.now,
+            only_if_state: Some("running"),
+        })
+        .await?;
+        let row = sqlx::query(include_str!("../queries/job/cancel.sql"))
+            .bind(p.job_id)
+            .bind(p.now)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        match row {
+            Some(r) => row::job(&r),
+            None => Err(cancel_refusal(self, p.job_id).await),
+        }
+    }
+
+    async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> StoreResult<u64> {
+        let q = value::bind_all(sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())), args)?;
+        let done = q.execute(&mut *self.tx).await.map_err(interpret_error)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn query(&mut self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>> {
+        let q = value::bind_all(sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())), args)?;
+        let rows = q.fetch_all(&mut *self.tx).await.map_err(interpret_error)?;
+        rows.iter().map(value::decode_row).collect()
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+fn renewal(r: &PgRow) -> StoreResult<LeaseRenewal> {
+    Ok(LeaseRenewal {
+        job_id: row::get(r, "id")?,
+        fence: row::get(r, "fence")?,
+        lease_expires_at: row::get(r, "lease_expires_at")?,
+    })
+}
+
+/// Why a cancel changed nothing: the job is missing or already finished.
+async fn cancel_refusal(tx: &mut PgTx, job_id: i64) -> StoreError {
+    let found = sqlx::query(include_str!("../queries/job/get.sql"))
+        .bind(job_id)
+        .fetch_optional(&mut *tx.tx)
+        .await;
+    match found {
+        Ok(Some(r)) => match row::job(&r) {
+            Ok(job) => StoreError::cancel_refused(job_id, Some(&job)),
+            Err(e) => e,
+        },
+        Ok(None) => StoreError::cancel_refused(job_id, None),
+        Err(e) => interpret_error(e),
+    }
+}

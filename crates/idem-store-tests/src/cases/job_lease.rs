@@ -1,0 +1,314 @@
+//! Leases after the claim: `job_heartbeat` extends only current claims, in one call, and
+//! `job_lock` is the fence check that opens an effect transaction: it returns the job for
+//! a current claim, refuses a stale one with `LeaseLost`, and holds the job still until
+//! its transaction ends.
+//!
+//! The racing cases are deterministic without sleeps. On PostgreSQL a rescue must *skip*
+//! a locked row, so the case awaits the rescue while the lock is held; a cancel or a fence
+//! check must *wait* for the row, and the case waits until the server shows it blocked
+//! (`pg_blocking_pids`) before ending the transaction it waits for. On SQLite every write
+//! transaction queues for the single writer, so the racer cannot finish before the
+//! commit, and the case awaits it after. Either way the outcome is fixed: the holder of
+//! the lock completes normally and the racer sees only what was committed.
+
+use std::sync::Arc;
+
+use idem_store::{
+    AttemptOutcome, Backend, JobCancel, JobComplete, JobLock, JobRescue, JobState, LeaseRenewal,
+    LeaseToken, Store, StoreError,
+};
+
+use crate::fixture::{
+    LEASE_MS, QUEUE, assert_lease_lost, assert_waits_for, at, attempts, claim, complete, fail, get,
+    heartbeat, insert, job, job_in, reclaimed, running, spawn_started, t0,
+};
+use crate::harness::within;
+use crate::{TestDb, open_store};
+
+/// One heartbeat extends every current lease it names to `now + lease_ms` and omits the
+/// rest: a stale fence, a job failed, a job completed, a job that does not exist. A
+/// lease named twice is renewed once.
+pub async fn heartbeat_extends_only_current_leases(db: &TestDb) {
+    let rows = insert(db, (0..4).map(|i| job(&format!("j{i}"))).collect(), t0()).await;
+    let claimed = claim(db, QUEUE, 4, t0()).await;
+    let [a, b, c, e] = [0, 1, 2, 3].map(|i| claimed[i].clone());
+    fail(db, c.lease_token(), Some(3_600_000), at(1))
+        .await
+        .expect("fail c");
+    complete(db, e.lease_token(), at(1))
+        .await
+        .expect("complete e");
+    let d = reclaimed(db, job_in("other", "d"), t0()).await;
+    let stale_d = LeaseToken {
+        fence: d.fence - 1,
+        ..d.lease_token()
+    };
+    let missing = LeaseToken {
+        job_id: rows.iter().map(|r| r.id).max().unwrap_or(0) + 1_000,
+        fence: 1,
+    };
+    let tokens = vec![
+        a.lease_token(),
+        a.lease_token(),
+        stale_d,
+        b.lease_token(),
+        c.lease_token(),
+        e.lease_token(),
+        missing,
+    ];
+    let renewed = heartbeat(db, tokens, 45_000, at(10_000)).await;
+    let expected: Vec<LeaseRenewal> = [&a, &b]
+        .iter()
+        .map(|j| LeaseRenewal {
+            job_id: j.id,
+            fence: 1,
+            lease_expires_at: at(55_000),
+        })
+        .collect();
+    assert_eq!(renewed, expected);
+    for j in [&a, &b] {
+        let row = get(db, j.id).await;
+        assert_eq!(
+            row.lease_expires_at,
+            Some(at(55_000)),
+            "job {} extended",
+            j.id
+        );
+        assert_eq!(
+            (row.state, row.attempt, row.fence),
+            (JobState::Running, 1, 1)
+        );
+    }
+    assert_eq!(
+        get(db, d.id).await,
+        d,
+        "the stale token left the current claim alone"
+    );
+    assert_eq!(get(db, c.id).await.state, JobState::Retryable);
+    assert_eq!(get(db, e.id).await.state, JobState::Completed);
+}
+
+/// A heartbeat naming no lease changes nothing and returns nothing.
+pub async fn heartbeat_of_no_leases_is_a_no_op(db: &TestDb) {
+    let row = running(db, job("idle"), t0()).await;
+    assert!(heartbeat(db, vec![], LEASE_MS, at(1_000)).await.is_empty());
+    assert_eq!(get(db, row.id).await, row);
+}
+
+/// A heartbeat keeps the rescuer away until the extended lease has expired.
+pub async fn heartbeat_keeps_the_rescuer_away(db: &TestDb) {
+    let row = running(db, job("long"), t0()).await;
+    let renewed = heartbeat(db, vec![row.lease_token()], 30_000, at(20_000)).await;
+    assert_eq!(renewed.len(), 1);
+    assert!(
+        rescue(db, at(40_000)).await.is_empty(),
+        "rescued within the extended lease"
+    );
+    assert_eq!(ids(rescue(db, at(50_001)).await), vec![row.id]);
+}
+
+/// `job_lock` on a current claim returns the job as stored and changes nothing.
+pub async fn lock_returns_the_current_claim(db: &TestDb) {
+    let row = running(db, job("effect"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    let locked = tx
+        .job_lock(JobLock {
+            lease: row.lease_token(),
+        })
+        .await
+        .expect("job_lock");
+    assert_eq!(locked, row);
+    tx.commit().await.expect("commit");
+    assert_eq!(get(db, row.id).await, row, "a lock changes nothing");
+}
+
+/// `job_lock` refuses with `LeaseLost` a stale fence, a finished job, a job never
+/// claimed and a missing job; the current claim still locks.
+pub async fn lock_refuses_a_claim_not_current(db: &TestDb) {
+    let current = reclaimed(db, job_in("q1", "retried"), t0()).await;
+    let done = running(db, job_in("q2", "done"), t0()).await;
+    complete(db, done.lease_token(), at(1))
+        .await
+        .expect("complete");
+    let waiting = insert(db, vec![job_in("q3", "waiting")], t0())
+        .await
+        .remove(0);
+    let refused = [
+        LeaseToken {
+            fence: 1,
+            ..current.lease_token()
+        },
+        done.lease_token(),
+        waiting.lease_token(),
+        LeaseToken {
+            job_id: waiting.id + 1_000,
+            fence: 1,
+        },
+    ];
+    for lease in refused {
+        let mut tx = db.store.begin().await.expect("begin");
+        assert_lease_lost(tx.job_lock(JobLock { lease }).await, lease);
+        tx.rollback().await.expect("rollback");
+    }
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.job_lock(JobLock {
+        lease: current.lease_token(),
+    })
+    .await
+    .expect("current claim locks");
+    tx.commit().await.expect("commit");
+}
+
+/// A rescue racing an effect transaction that holds the job's lock does not touch the
+/// job, even though its lease has expired by the rescue's clock: the transaction then
+/// completes the job under its fence.
+pub async fn lock_holds_off_a_concurrent_rescue(db: &TestDb) {
+    rescue_beside_a_lock(db, db.store.clone()).await;
+}
+
+/// The same, with the rescue in another store on the same database, as in another
+/// process (SQLite: it queues on the file's write lock).
+pub async fn lock_holds_off_a_rescue_from_another_store(db: &TestDb) {
+    let other = open_store(&db.url)
+        .await
+        .expect("a second store on the url");
+    rescue_beside_a_lock(db, other.clone()).await;
+    other.close().await;
+}
+
+async fn rescue_beside_a_lock(db: &TestDb, store: Arc<dyn Store>) {
+    let row = running(db, job("effect"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.job_lock(JobLock {
+        lease: row.lease_token(),
+    })
+    .await
+    .expect("job_lock");
+    let params = JobRescue {
+        limit: 10,
+        retry_in_ms: 0,
+        now: Some(at(10 * LEASE_MS)),
+    };
+    let mut rescue = spawn_started(async move { store.job_rescue(params).await }).await;
+    let early = match db.backend {
+        // PostgreSQL: the rescue skips the locked row and finishes while the lock is held.
+        Backend::Postgres => Some(within(30, "rescue beside a lock", &mut rescue).await),
+        // SQLite: the rescue waits for the single writer.
+        Backend::Sqlite => None,
+    };
+    if early.is_none() {
+        assert_waits_for(db, &mut tx, &rescue).await;
+    }
+    let done = tx
+        .job_complete(JobComplete {
+            lease: row.lease_token(),
+            now: Some(at(1_000)),
+        })
+        .await
+        .expect("complete under the lock");
+    tx.commit().await.expect("commit");
+    let rescued = match early {
+        Some(rescued) => rescued,
+        None => within(30, "rescue after the lock", rescue).await,
+    }
+    .expect("rescue task")
+    .expect("job_rescue");
+    assert!(
+        rescued.iter().all(|j| j.id != row.id),
+        "rescued the locked job: {rescued:?}"
+    );
+    assert_eq!(get(db, row.id).await, done);
+    let outcomes: Vec<_> = attempts(db, row.id)
+        .await
+        .iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(outcomes, vec![AttemptOutcome::Completed]);
+}
+
+/// A cancel racing an effect transaction that holds the job's lock waits for it, and
+/// then finds the job completed: `Conflict`, and the completion stands.
+pub async fn lock_holds_off_a_concurrent_cancel(db: &TestDb) {
+    let row = running(db, job("effect"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.job_lock(JobLock {
+        lease: row.lease_token(),
+    })
+    .await
+    .expect("job_lock");
+    let store = db.store.clone();
+    let params = JobCancel {
+        job_id: row.id,
+        now: Some(at(2_000)),
+    };
+    let cancel = spawn_started(async move { store.job_cancel(params).await }).await;
+    assert_waits_for(db, &mut tx, &cancel).await;
+    let done = tx
+        .job_complete(JobComplete {
+            lease: row.lease_token(),
+            now: Some(at(1_000)),
+        })
+        .await
+        .expect("complete under the lock");
+    tx.commit().await.expect("commit");
+    let result = within(30, "cancel after the lock", cancel)
+        .await
+        .expect("cancel task");
+    assert!(
+        matches!(result, Err(StoreError::Conflict(_))),
+        "cancel got {result:?}"
+    );
+    assert_eq!(get(db, row.id).await, done);
+    let outcomes: Vec<_> = attempts(db, row.id)
+        .await
+        .iter()
+        .map(|a| a.outcome)
+        .collect();
+    assert_eq!(outcomes, vec![AttemptOutcome::Completed]);
+}
+
+/// A fence check racing a rescue's open transaction waits for it and then sees the
+/// rescue: `LeaseLost`, never the job as it was before the rescue.
+pub async fn lock_sees_a_concurrent_rescue(db: &TestDb) {
+    let row = running(db, job("paused"), t0()).await;
+    let mut rescue = db.store.begin().await.expect("begin");
+    let params = JobRescue {
+        limit: 10,
+        retry_in_ms: 0,
+        now: Some(at(10 * LEASE_MS)),
+    };
+    let rescued = rescue.job_rescue(params).await.expect("job_rescue");
+    assert_eq!(
+        rescued.iter().map(|j| j.id).collect::<Vec<_>>(),
+        vec![row.id]
+    );
+    let store = db.store.clone();
+    let lease = row.lease_token();
+    let lock = spawn_started(async move {
+        let mut tx = store.begin().await?;
+        let locked = tx.job_lock(JobLock { lease }).await;
+        tx.rollback().await?;
+        locked
+    })
+    .await;
+    assert_waits_for(db, &mut rescue, &lock).await;
+    rescue.commit().await.expect("commit the rescue");
+    let result = within(30, "lock after the rescue", lock)
+        .await
+        .expect("lock task");
+    assert_lease_lost(result, lease);
+    assert_eq!(get(db, row.id).await.state, JobState::Retryable);
+}
+
+async fn rescue(db: &TestDb, now: idem_store::Timestamp) -> Vec<idem_store::JobRow> {
+    let params = JobRescue {
+        limit: 100,
+        retry_in_ms: 0,
+        now: Some(now),
+    };
+    db.store.job_rescue(params).await.expect("job_rescue")
+}
+
+fn ids(rows: Vec<idem_store::JobRow>) -> Vec<i64> {
+    rows.into_iter().map(|r| r.id).collect()
+}

@@ -1,0 +1,17 @@
+//! The conformance cases, one module per area of the seam.
+//!
+//! Each case is a public `async fn(&TestDb)` that states one rule of the
+//! [`Store`](idem_store::Store)/[`StoreTx`](idem_store::StoreTx) docs and panics when the
+//! store breaks it. Cases own everything they create (the database is fresh), use
+//! injected time for every time-dependent rule, and await concurrent work with signals.
+//! Case names start with their area, so a list of them reads as a table of contents.
+
+pub mod job_cancel;
+pub mod job_claim;
+pub mod job_finish;
+pub mod job_insert;
+pub mod job_lease;
+pub mod job_read;
+pub mod job_rescue;
+pub mod migrate;
+pub mod tx;

@@ -1,0 +1,355 @@
+//! Job records and the parameter structs of every job operation.
+//!
+//! Each operation takes one params struct, so adding a field never changes a signature.
+//! Time comes in the params: `now: None` means the database clock (production);
+//! `Some(t)` injects time (tests, simulations).
+
+use serde::{Deserialize, Serialize};
+
+use crate::{StoreError, Timestamp};
+
+/// The state of a job. Stored as TEXT with a CHECK constraint on every store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Waiting for its `run_at`.
+    Scheduled,
+    /// Ready to be claimed.
+    Available,
+    /// Claimed by a worker under a lease and a fence.
+    Running,
+    /// Failed an attempt; waits for its `run_at` to be claimed again.
+    Retryable,
+    /// Finished successfully.
+    Completed,
+    /// Failed for good: permanent error, ladder exhausted, or an unknown remote outcome.
+    Dead,
+    /// Cancelled by an operator.
+    Cancelled,
+}
+
+impl JobState {
+    /// Every state, in lifecycle order.
+    pub const ALL: [JobState; 7] = [
+        JobState::Scheduled,
+        JobState::Available,
+        JobState::Running,
+        JobState::Retryable,
+        JobState::Completed,
+        JobState::Dead,
+        JobState::Cancelled,
+    ];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Scheduled => "scheduled",
+            JobState::Available => "available",
+            JobState::Running => "running",
+            JobState::Retryable => "retryable",
+            JobState::Completed => "completed",
+            JobState::Dead => "dead",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    /// Whether the job has reached a final state (completed, dead or cancelled).
+    pub fn is_finished(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Dead | JobState::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for JobState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for JobState {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        JobState::ALL
+            .into_iter()
+            .find(|st| st.as_str() == s)
+            .ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "unknown job state {s:?}; expected one of scheduled, available, running, \
+                     retryable, completed, dead, cancelled"
+                ))
+            })
+    }
+}
+
+/// One job as stored in `idem_job`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRow {
+    /// Store-assigned id.
+    pub id: i64,
+    /// Handler name.
+    pub kind: String,
+    /// Queue the job waits in.
+    pub queue: String,
+    /// Handler arguments.
+    pub args: serde_json::Value,
+    /// Lower numbers are claimed first.
+    pub priority: i16,
+    /// Lifecycle state.
+    pub state: JobState,
+    /// Attempts started so far (incremented by each claim).
+    pub attempt: i32,
+    /// Attempts allowed before the job is dead.
+    pub max_attempts: i32,
+    /// Not claimed before this time.
+    pub run_at: Timestamp,
+    /// Fencing token: incremented on every claim; every write of a claim carries it.
+    pub fence: i64,
+    /// The worker holding the lease, while running.
+    pub lease_owner: Option<String>,
+    /// When the current lease expires (database clock), while running.
+    pub lease_expires_at: Option<Timestamp>,
+    /// The batch the job belongs to, if any.
+    pub batch_id: Option<i64>,
+    /// When the job was enqueued.
+    pub created_at: Timestamp,
+    /// When the latest attempt started.
+    pub attempted_at: Option<Timestamp>,
+    /// When the job reached a final state.
+    pub finalized_at: Option<Timestamp>,
+    /// The error of the latest failed attempt.
+    pub last_error: Option<String>,
+}
+
+impl JobRow {
+    /// The lease token of this job's current claim.
+    pub fn lease_token(&self) -> LeaseToken {
+        LeaseToken {
+            job_id: self.id,
+            fence: self.fence,
+        }
+    }
+}
+
+/// A job to insert.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewJob {
+    /// Handler name; must be non-empty.
+    pub kind: String,
+    /// Queue name; must be non-empty.
+    pub queue: String,
+    /// Handler arguments.
+    pub args: serde_json::Value,
+    /// Lower numbers are claimed first.
+    pub priority: i16,
+    /// Earliest start; `None` = now. A time in the future makes the job `scheduled`.
+    pub run_at: Option<Timestamp>,
+    /// Attempts allowed (≥ 1).
+    pub max_attempts: i32,
+}
+
+/// Insert jobs in one statement.
+#[derive(Debug, Clone, Default)]
+pub struct JobInsert {
+    /// The jobs, in order; the result has the same order.
+    pub jobs: Vec<NewJob>,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Claim up to `limit` jobs of one queue in one statement.
+#[derive(Debug, Clone)]
+pub struct JobClaim {
+    /// The queue to claim from.
+    pub queue: String,
+    /// At most this many jobs.
+    pub limit: u32,
+    /// Lease length in milliseconds, from `now`.
+    pub lease_ms: i64,
+    /// Name of the claiming worker (recorded as `lease_owner`).
+    pub worker: String,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+/// The identity of one claim: a job and the fence it was claimed under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseToken {
+    /// The job.
+    pub job_id: i64,
+    /// The fence of the claim.
+    pub fence: i64,
+}
+
+/// Extend many leases in one statement.
+#[derive(Debug, Clone)]
+pub struct JobHeartbeat {
+    /// The claims to extend. Those no longer current are absent from the result.
+    pub leases: Vec<LeaseToken>,
+    /// New lease length in milliseconds, from `now`.
+    pub lease_ms: i64,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+/// A lease that a heartbeat extended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRenewal {
+    /// The job.
+    pub job_id: i64,
+    /// The fence (unchanged).
+    pub fence: i64,
+    /// The new expiry.
+    pub lease_expires_at: Timestamp,
+}
+
+/// Check a claim is current and lock the job's row for the rest of the transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct JobLock {
+    /// The claim.
+    pub lease: LeaseToken,
+}
+
+/// Complete a running job under its current fence.
+#[derive(Debug, Clone, Copy)]
+pub struct JobComplete {
+    /// The claim.
+    pub lease: LeaseToken,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Record a failed attempt under the current fence.
+#[derive(Debug, Clone)]
+pub struct JobFail {
+    /// The claim.
+    pub lease: LeaseToken,
+    /// What went wrong, kept as `last_error` and in the attempt history.
+    pub error: String,
+    /// `Some(ms)`: the job becomes `retryable` and runs again `ms` after `now`.
+    /// `None`: the job becomes `dead`.
+    pub retry_in_ms: Option<i64>,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Move running jobs whose lease expired back to `retryable` (or `dead` when no attempts
+/// are left).
+#[derive(Debug, Clone)]
+pub struct JobRescue {
+    /// At most this many jobs per call.
+    pub limit: u32,
+    /// Delay before a rescued job may be claimed again, in milliseconds.
+    pub retry_in_ms: i64,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Cancel an unfinished job.
+#[derive(Debug, Clone, Copy)]
+pub struct JobCancel {
+    /// The job.
+    pub job_id: i64,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+/// List jobs, newest id first, with optional filters and keyset pagination.
+#[derive(Debug, Clone, Default)]
+pub struct JobList {
+    /// Only this state.
+    pub state: Option<JobState>,
+    /// Only this queue.
+    pub queue: Option<String>,
+    /// Only this kind.
+    pub kind: Option<String>,
+    /// Only ids below this one (the last id of the previous page).
+    pub before_id: Option<i64>,
+    /// At most this many rows.
+    pub limit: u32,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// The job completed.
+    Completed,
+    /// The attempt failed and the job will run again.
+    Retryable,
+    /// The attempt failed and the job is dead.
+    Dead,
+    /// The worker's lease expired before it finished; the rescuer recorded the attempt.
+    LeaseExpired,
+    /// An operator cancelled the job while this attempt ran.
+    Cancelled,
+}
+
+impl AttemptOutcome {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Completed => "completed",
+            AttemptOutcome::Retryable => "retryable",
+            AttemptOutcome::Dead => "dead",
+            AttemptOutcome::LeaseExpired => "lease_expired",
+            AttemptOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl AttemptOutcome {
+    /// The outcome of a failed attempt, from the job's state after the failure was
+    /// recorded: `dead` if the job is dead, else `retryable`.
+    pub fn of_failure(job: &JobRow) -> AttemptOutcome {
+        if job.state == JobState::Dead {
+            AttemptOutcome::Dead
+        } else {
+            AttemptOutcome::Retryable
+        }
+    }
+}
+
+impl std::str::FromStr for AttemptOutcome {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        use AttemptOutcome::*;
+        [Completed, Retryable, Dead, LeaseExpired, Cancelled]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+            .ok_or_else(|| StoreError::Database(format!("unknown attempt outcome {s:?}")))
+    }
+}
+
+/// One finished attempt, as kept in `idem_job_attempt`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AttemptRow {
+    /// The job.
+    pub job_id: i64,
+    /// Attempt number (1-based).
+    pub attempt: i32,
+    /// The fence the attempt ran under.
+    pub fence: i64,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
+    /// The error, for failed attempts.
+    pub error: Option<String>,
+    /// When the attempt started.
+    pub started_at: Option<Timestamp>,
+    /// When the attempt was recorded as finished.
+    pub finished_at: Timestamp,
+}
+
+/// Jobs of one queue in one state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCount {
+    /// The queue.
+    pub queue: String,
+    /// The state.
+    pub state: JobState,
+    /// How many jobs.
+    pub count: i64,
+}

@@ -1,0 +1,58 @@
+//! The storage seam of idem.
+//!
+//! This crate owns the vocabulary every store speaks: the records ([`JobRow`],
+//! [`AttemptRow`]), the parameter structs of every operation, the [`Store`] and
+//! [`StoreTx`] traits, and the one error type [`StoreError`]. It holds no SQL and no
+//! runtime, so each store crate (`idem-sqlite`, `idem-postgres`) depends on this crate
+//! alone and the compiler enforces the direction of dependencies.
+//!
+//! What must stay true:
+//! - every write on a leased job is guarded by state *and* fence in the store's `WHERE`
+//!   clause; zero rows changed is [`StoreError::LeaseLost`], never silence;
+//! - time comes in the parameters (`now: Option<Timestamp>`); `None` means the database
+//!   clock, so leases are never judged on a worker's clock;
+//! - every operation runs inside a transaction: [`Store`]'s write methods are thin
+//!   wrappers that open one, call the [`StoreTx`] method and commit.
+#![warn(missing_docs)]
+
+mod error;
+mod job;
+pub mod migration;
+mod store;
+mod value;
+
+pub use error::{StoreError, StoreResult};
+pub use job::{
+    AttemptOutcome, AttemptRow, JobCancel, JobClaim, JobComplete, JobFail, JobHeartbeat, JobInsert,
+    JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
+};
+pub use store::{Store, StoreTx};
+pub use value::SqlValue;
+
+/// A point in time, always UTC. Stores keep milliseconds at least.
+pub type Timestamp = chrono::DateTime<chrono::Utc>;
+
+/// Which store implementation a [`Store`] is; used in reports and test names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Embedded SQLite (`sqlite://path`).
+    Sqlite,
+    /// PostgreSQL (`postgres://…`).
+    Postgres,
+}
+
+impl Backend {
+    /// The short lowercase name (`sqlite`, `postgres`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}

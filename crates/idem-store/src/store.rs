@@ -1,0 +1,155 @@
+//! The [`Store`] and [`StoreTx`] traits: the seam between the engine and a database.
+//!
+//! A store implements the transactional operations once, on [`StoreTx`]; [`Store`]'s
+//! write methods are provided: each opens a transaction, calls the [`StoreTx`] method and
+//! commits. So an operation behaves the same whether the engine calls it alone or a
+//! caller runs it inside a transaction of its own (`enqueue_tx`, a handler's effect
+//! transaction).
+
+use std::any::Any;
+
+use async_trait::async_trait;
+
+use crate::{
+    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobFail, JobHeartbeat, JobInsert,
+    JobList, JobRescue, JobRow, LeaseRenewal, QueueCount, SqlValue, StoreResult, Timestamp,
+};
+
+/// Runs `$op` on a fresh transaction and commits it.
+macro_rules! in_tx {
+    ($store:expr, $op:ident, $params:expr) => {{
+        let mut tx = $store.begin().await?;
+        let out = tx.$op($params).await?;
+        tx.commit().await?;
+        Ok(out)
+    }};
+}
+
+/// A job store: a connection pool to one database, with idem's schema.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which implementation this is.
+    fn backend(&self) -> Backend;
+
+    /// Applies the embedded migrations not applied yet; returns how many ran.
+    async fn migrate(&self) -> StoreResult<usize>;
+
+    /// Opens a write transaction (SQLite: `BEGIN IMMEDIATE` on the single writer).
+    async fn begin(&self) -> StoreResult<Box<dyn StoreTx>>;
+
+    /// The database clock.
+    async fn now(&self) -> StoreResult<Timestamp>;
+
+    /// One job by id.
+    async fn job_get(&self, id: i64) -> StoreResult<Option<JobRow>>;
+
+    /// Jobs matching the filters, newest first.
+    async fn job_list(&self, params: JobList) -> StoreResult<Vec<JobRow>>;
+
+    /// The finished attempts of a job, oldest first.
+    async fn job_attempts(&self, job_id: i64) -> StoreResult<Vec<AttemptRow>>;
+
+    /// Job counts per queue and state.
+    async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>>;
+
+    /// Runs a caller's read statement outside any transaction; rows of values.
+    async fn query(&self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>>;
+
+    /// Closes the pool; later calls fail with [`crate::StoreError::Unavailable`].
+    async fn close(&self);
+
+    /// [`StoreTx::job_insert`] in its own transaction.
+    async fn job_insert(&self, params: JobInsert) -> StoreResult<Vec<JobRow>> {
+        in_tx!(self, job_insert, params)
+    }
+
+    /// [`StoreTx::job_claim`] in its own transaction.
+    async fn job_claim(&self, params: JobClaim) -> StoreResult<Vec<JobRow>> {
+        in_tx!(self, job_claim, params)
+    }
+
+    /// [`StoreTx::job_heartbeat`] in its own transaction.
+    async fn job_heartbeat(&self, params: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
+        in_tx!(self, job_heartbeat, params)
+    }
+
+    /// [`StoreTx::job_complete`] in its own transaction.
+    async fn job_complete(&self, params: JobComplete) -> StoreResult<JobRow> {
+        in_tx!(self, job_complete, params)
+    }
+
+    /// [`StoreTx::job_fail`] in its own transaction.
+    async fn job_fail(&self, params: JobFail) -> StoreResult<JobRow> {
+        in_tx!(self, job_fail, params)
+    }
+
+    /// [`StoreTx::job_rescue`] in its own transaction.
+    async fn job_rescue(&self, params: JobRescue) -> StoreResult<Vec<JobRow>> {
+        in_tx!(self, job_rescue, params)
+    }
+
+    /// [`StoreTx::job_cancel`] in its own transaction.
+    async fn job_cancel(&self, params: JobCancel) -> StoreResult<JobRow> {
+        in_tx!(self, job_cancel, params)
+    }
+}
+
+/// An open write transaction. Dropping it without [`StoreTx::commit`] rolls it back.
+#[async_trait]
+pub trait StoreTx: Send {
+    /// Which implementation this is.
+    fn backend(&self) -> crate::Backend;
+
+    /// Commits everything written in this transaction.
+    async fn commit(self: Box<Self>) -> StoreResult<()>;
+
+    /// Discards everything written in this transaction.
+    async fn rollback(self: Box<Self>) -> StoreResult<()>;
+
+    /// Inserts jobs in one statement; returns the rows in the order given. A job whose
+    /// `run_at` is after `now` is `scheduled`, otherwise `available`.
+    async fn job_insert(&mut self, params: JobInsert) -> StoreResult<Vec<JobRow>>;
+
+    /// Claims up to `limit` claimable jobs of a queue (available, or scheduled/retryable
+    /// with `run_at` reached) in priority, `run_at`, id order, in one statement. Each
+    /// claimed job becomes `running`, its attempt and fence go up by one, and its lease
+    /// runs to `now + lease_ms`. Rows locked by another claim are skipped.
+    async fn job_claim(&mut self, params: JobClaim) -> StoreResult<Vec<JobRow>>;
+
+    /// Extends every listed lease that is still current (running, same fence) in one
+    /// statement; the result lists those extended. A missing one has been lost.
+    async fn job_heartbeat(&mut self, params: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>>;
+
+    /// Checks that the claim is current and locks the job's row until the transaction
+    /// ends, so no rescue or reclaim can interleave. The fence check that opens every
+    /// effect transaction. [`crate::StoreError::LeaseLost`] when not current.
+    async fn job_lock(&mut self, params: crate::JobLock) -> StoreResult<JobRow>;
+
+    /// Completes a running job under its current fence and records the attempt.
+    /// [`crate::StoreError::LeaseLost`] when the claim is not current.
+    async fn job_complete(&mut self, params: JobComplete) -> StoreResult<JobRow>;
+
+    /// Records a failed attempt under the current fence: `retryable` at
+    /// `now + retry_in_ms`, or `dead` when `retry_in_ms` is `None`.
+    /// [`crate::StoreError::LeaseLost`] when the claim is not current.
+    async fn job_fail(&mut self, params: JobFail) -> StoreResult<JobRow>;
+
+    /// Moves running jobs whose lease expired before `now` to `retryable` (or `dead`
+    /// when their attempts are used up) and records each lost attempt.
+    async fn job_rescue(&mut self, params: JobRescue) -> StoreResult<Vec<JobRow>>;
+
+    /// Cancels an unfinished job; a running job's claim is thereby fenced out.
+    /// [`crate::StoreError::NotFound`] or [`crate::StoreError::Conflict`] (already finished).
+    async fn job_cancel(&mut self, params: JobCancel) -> StoreResult<JobRow>;
+
+    /// Runs a caller's statement in this transaction; returns the rows affected.
+    /// Placeholders are `$1`, `$2`, … on every store.
+    async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> StoreResult<u64>;
+
+    /// Runs a caller's query in this transaction; returns rows of values.
+    async fn query(&mut self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>>;
+
+    /// The concrete transaction, for callers that need the driver's own API
+    /// (downcast to the store crate's transaction type).
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}

@@ -1,0 +1,244 @@
+//! [`Idem`]: the producer-side client (enqueue, read, operate), and [`Tx`], a caller's
+//! own transaction in which jobs enqueue together with the caller's rows.
+//!
+//! The database URL picks the store: `sqlite://path` or `postgres://…`.
+
+use std::sync::Arc;
+
+use idem_postgres::{PgOptions, PgStore};
+use idem_sqlite::{SqliteOptions, SqliteStore};
+use idem_store::{
+    AttemptRow, JobCancel, JobInsert, JobList, JobRescue, JobRow, QueueCount, SqlValue, Store,
+    StoreTx,
+};
+use tokio::sync::Notify;
+
+use crate::clock::{Clock, DatabaseClock};
+use crate::error::IdemError;
+use crate::job::Job;
+use crate::worker::{Worker, WorkerConfig};
+
+/// Most jobs a rescue call moves at once.
+pub(crate) const RESCUE_BATCH: u32 = 1000;
+
+/// Opens the store named by `url` (not migrated).
+pub async fn connect_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
+    let url = url.trim();
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(
+            SqliteStore::connect(url, SqliteOptions::default()).await?,
+        ))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PgStore::connect(url, PgOptions::default()).await?))
+    } else {
+        Err(IdemError::Config(format!(
+            "unsupported database URL {:?}: use sqlite://path/to/file.db or \
+             postgres://user@host:port/database",
+            idem_postgres::redact(url)
+        )))
+    }
+}
+
+/// The idem client: enqueue jobs, read them, operate on them, build workers.
+#[derive(Clone)]
+pub struct Idem {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) wake: Arc<Notify>,
+}
+
+impl std::fmt::Debug for Idem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Idem")
+            .field("store", &self.store.backend())
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+impl Idem {
+    /// Connects to `url` and applies pending migrations.
+    pub async fn connect(url: &str) -> Result<Idem, IdemError> {
+        let store = connect_store(url).await?;
+        store.migrate().await?;
+        Ok(Idem::from_store(store))
+    }
+
+    /// A client over an already migrated store, on the database clock.
+    pub fn from_store(store: Arc<dyn Store>) -> Idem {
+        Idem {
+            store,
+            clock: Arc::new(DatabaseClock),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// The same client with injected time (tests, simulations).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Idem {
+        self.clock = clock;
+        self
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Enqueues one job.
+    pub async fn enqueue(&self, job: Job) -> Result<JobRow, IdemError> {
+        let mut rows = self.enqueue_many(vec![job]).await?;
+        Ok(rows.remove(0))
+    }
+
+    /// Enqueues many jobs in one statement; all or none are written.
+    pub async fn enqueue_many(&self, jobs: Vec<Job>) -> Result<Vec<JobRow>, IdemError> {
+        let params = self.insert_params(jobs)?;
+        let rows = self.store.job_insert(params).await?;
+        self.wake.notify_waiters();
+        Ok(rows)
+    }
+
+    /// Opens a transaction of the caller's own: write rows with [`Tx::execute`] and
+    /// enqueue with [`Idem::enqueue_tx`]; both commit or roll back together.
+    pub async fn begin(&self) -> Result<Tx, IdemError> {
+        Ok(Tx {
+            inner: self.store.begin().await?,
+            wake: None,
+        })
+    }
+
+    /// Enqueues a job inside the caller's transaction.
+    pub async fn enqueue_tx(&self, tx: &mut Tx, job: Job) -> Result<JobRow, IdemError> {
+        let mut rows = self.enqueue_many_tx(tx, vec![job]).await?;
+        Ok(rows.remove(0))
+    }
+
+    /// Enqueues many jobs inside the caller's transaction, in one statement.
+    pub async fn enqueue_many_tx(
+        &self,
+        tx: &mut Tx,
+        jobs: Vec<Job>,
+    ) -> Result<Vec<JobRow>, IdemError> {
+        let params = self.insert_params(jobs)?;
+        let rows = tx.inner.job_insert(params).await?;
+        tx.wake = Some(self.wake.clone());
+        Ok(rows)
+    }
+
+    fn insert_params(&self, jobs: Vec<Job>) -> Result<JobInsert, IdemError> {
+        let jobs = jobs
+            .into_iter()
+            .map(Job::into_new)
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(JobInsert {
+            jobs,
+            now: self.clock.now(),
+        })
+    }
+
+    /// One job by id.
+    pub async fn job(&self, id: i64) -> Result<Option<JobRow>, IdemError> {
+        Ok(self.store.job_get(id).await?)
+    }
+
+    /// Jobs matching the filters, newest first.
+    pub async fn jobs(&self, filter: JobList) -> Result<Vec<JobRow>, IdemError> {
+        Ok(self.store.job_list(filter).await?)
+    }
+
+    /// The finished attempts of a job, oldest first.
+    pub async fn attempts(&self, job_id: i64) -> Result<Vec<AttemptRow>, IdemError> {
+        Ok(self.store.job_attempts(job_id).await?)
+    }
+
+    /// Job counts per queue and state.
+    pub async fn queue_counts(&self) -> Result<Vec<QueueCount>, IdemError> {
+        Ok(self.store.queue_counts().await?)
+    }
+
+    /// Cancels an unfinished job; a running job's worker is fenced out.
+    pub async fn cancel(&self, job_id: i64) -> Result<JobRow, IdemError> {
+        let now = self.clock.now();
+        Ok(self.store.job_cancel(JobCancel { job_id, now }).await?)
+    }
+
+    /// Moves running jobs whose lease expired back to `retryable` (or `dead` when out of
+    /// attempts); workers do this on their own every few seconds.
+    pub async fn rescue(&self) -> Result<Vec<JobRow>, IdemError> {
+        let params = JobRescue {
+            limit: RESCUE_BATCH,
+            retry_in_ms: 0,
+            now: self.clock.now(),
+        };
+        let rows = self.store.job_rescue(params).await?;
+        if !rows.is_empty() {
+            self.wake.notify_waiters();
+        }
+        Ok(rows)
+    }
+
+    /// A worker over this client's store and clock.
+    pub fn worker(&self, config: WorkerConfig) -> Result<Worker, IdemError> {
+        Worker::new(self.clone(), config)
+    }
+}
+
+/// A caller's own write transaction. Dropping it without [`Tx::commit`] rolls back.
+pub struct Tx {
+    inner: Box<dyn StoreTx>,
+    wake: Option<Arc<Notify>>,
+}
+
+impl Tx {
+    /// Runs a statement (placeholders `$1`, `$2`, …); returns the rows affected.
+    pub async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> Result<u64, IdemError> {
+        Ok(self.inner.execute(sql, args).await?)
+    }
+
+    /// Runs a query; returns rows of values.
+    pub async fn query(
+        &mut self,
+        sql: &str,
+        args: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, IdemError> {
+        Ok(self.inner.query(sql, args).await?)
+    }
+
+    /// The store's transaction, to downcast to the driver's own type.
+    pub fn store_tx(&mut self) -> &mut dyn StoreTx {
+        self.inner.as_mut()
+    }
+
+    /// Commits; jobs enqueued in this transaction become visible to workers now.
+    pub async fn commit(self) -> Result<(), IdemError> {
+        self.inner.commit().await?;
+        if let Some(wake) = self.wake {
+            wake.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Rolls back everything written in this transaction.
+    pub async fn rollback(self) -> Result<(), IdemError> {
+        Ok(self.inner.rollback().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unknown_schemes_are_refused_with_the_expected_forms() {
+        let err = connect_store("mysql://u:pw@h/db")
+            .await
+            .err()
+            .expect("refused");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("sqlite://") && msg.contains("postgres://"),
+            "{msg}"
+        );
+        assert!(!msg.contains("pw"), "{msg}");
+    }
+}

@@ -1,0 +1,130 @@
+//! [`JobContext`]: what a running handler holds, and [`EffectTx`], the fenced transaction
+//! in which a `Transactional` handler's effects commit together with the job's completion.
+//!
+//! Invariant: an [`EffectTx`] exists only after the store confirmed, inside that same
+//! transaction, that this claim's fence is current, and it keeps the job's row locked
+//! until commit; so either the effects and the completion commit together under a
+//! current claim, or nothing commits.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use idem_store::{JobComplete, JobInsert, JobLock, JobRow, LeaseToken, SqlValue, Store, StoreTx};
+
+use crate::clock::Clock;
+use crate::error::IdemError;
+use crate::job::Job;
+
+/// What a running handler holds: its job, its claim, and access to the store.
+pub struct JobContext {
+    job: JobRow,
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    lease_lost: Arc<AtomicBool>,
+    pub(crate) completed: bool,
+}
+
+impl JobContext {
+    pub(crate) fn new(
+        job: JobRow,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        lease_lost: Arc<AtomicBool>,
+    ) -> Self {
+        JobContext {
+            job,
+            store,
+            clock,
+            lease_lost,
+            completed: false,
+        }
+    }
+
+    /// The job as it was claimed (attempt and fence of this claim).
+    pub fn job(&self) -> &JobRow {
+        &self.job
+    }
+
+    /// This claim: the job id and its fence.
+    pub fn lease(&self) -> LeaseToken {
+        self.job.lease_token()
+    }
+
+    /// Whether a heartbeat has found this claim lost. A handler doing long work can
+    /// check this and stop early; its writes would be refused anyway.
+    pub fn is_lease_lost(&self) -> bool {
+        self.lease_lost.load(Ordering::Acquire)
+    }
+
+    /// The store, for reads outside the effect transaction.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Opens the fenced effect transaction: the fence check runs first and locks the
+    /// job's row; a stale claim gets an error for which
+    /// [`IdemError::is_lease_lost`] is true, and nothing can be written.
+    pub async fn begin(&mut self) -> Result<EffectTx<'_>, IdemError> {
+        let mut tx = self.store.begin().await?;
+        tx.job_lock(JobLock {
+            lease: self.lease(),
+        })
+        .await?;
+        Ok(EffectTx { tx, cx: self })
+    }
+}
+
+/// The fenced transaction of one claim. Dropping it without [`EffectTx::complete`] or
+/// [`EffectTx::commit`] rolls everything back.
+pub struct EffectTx<'a> {
+    tx: Box<dyn StoreTx>,
+    cx: &'a mut JobContext,
+}
+
+impl EffectTx<'_> {
+    /// Runs a statement of the effect (placeholders `$1`, `$2`, …).
+    pub async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> Result<u64, IdemError> {
+        Ok(self.tx.execute(sql, args).await?)
+    }
+
+    /// Runs a query in the effect transaction.
+    pub async fn query(
+        &mut self,
+        sql: &str,
+        args: &[SqlValue],
+    ) -> Result<Vec<Vec<SqlValue>>, IdemError> {
+        Ok(self.tx.query(sql, args).await?)
+    }
+
+    /// Enqueues follow-up jobs that commit with the effect.
+    pub async fn enqueue_many(&mut self, jobs: Vec<Job>) -> Result<Vec<JobRow>, IdemError> {
+        let jobs = jobs
+            .into_iter()
+            .map(Job::into_new)
+            .collect::<Result<Vec<_>, _>>()?;
+        let now = self.cx.clock.now();
+        Ok(self.tx.job_insert(JobInsert { jobs, now }).await?)
+    }
+
+    /// The store's transaction, to downcast to the driver's own type
+    /// (`idem_sqlite::SqliteTx`, `idem_postgres::PgTx`).
+    pub fn store_tx(&mut self) -> &mut dyn StoreTx {
+        self.tx.as_mut()
+    }
+
+    /// Completes the job in this transaction and commits: the effects and the
+    /// completion become visible together, or (on a lost claim) neither does.
+    pub async fn complete(mut self) -> Result<(), IdemError> {
+        let now = self.cx.clock.now();
+        let lease = self.cx.lease();
+        self.tx.job_complete(JobComplete { lease, now }).await?;
+        self.tx.commit().await?;
+        self.cx.completed = true;
+        Ok(())
+    }
+
+    /// Commits the effects without completing the job (the handler goes on).
+    pub async fn commit(self) -> Result<(), IdemError> {
+        Ok(self.tx.commit().await?)
+    }
+}

@@ -1,0 +1,110 @@
+//! Errors of the public API ([`IdemError`]) and what a handler returns ([`JobError`]).
+//!
+//! A handler's `?` on an [`IdemError`] becomes a [`JobError`] that keeps the distinction
+//! that matters to the engine: a lost lease is not a failure of the job (the write was
+//! refused and another claim owns the job), so the engine records nothing for it.
+
+use std::time::Duration;
+
+use idem_store::StoreError;
+
+/// An error from idem's API.
+#[derive(Debug, thiserror::Error)]
+pub enum IdemError {
+    /// The store refused or failed the operation.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A configuration value is invalid; the message names it and what to do.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// A job to enqueue is invalid; the message names the field.
+    #[error("invalid job: {0}")]
+    InvalidJob(String),
+}
+
+impl IdemError {
+    /// Whether this is a refused write of a stale claim.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, IdemError::Store(e) if e.is_lease_lost())
+    }
+}
+
+/// What kind of failure a handler reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobErrorKind {
+    /// Try again along the retry ladder (or after the given delay).
+    Retry,
+    /// Do not try again: the job goes to `dead`.
+    Permanent,
+    /// The claim was lost; another worker owns the job. Nothing is recorded.
+    LeaseLost,
+}
+
+/// The error a handler returns.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct JobError {
+    /// Retry, permanent or lease lost.
+    pub kind: JobErrorKind,
+    /// What went wrong, kept as the job's `last_error`.
+    pub message: String,
+    /// For [`JobErrorKind::Retry`]: run again after this delay instead of the ladder's.
+    pub retry_after: Option<Duration>,
+}
+
+impl JobError {
+    /// A failure worth retrying along the ladder.
+    pub fn retry(e: impl std::fmt::Display) -> Self {
+        JobError {
+            kind: JobErrorKind::Retry,
+            message: e.to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// A failure worth retrying after `delay`.
+    pub fn retry_after(delay: Duration, e: impl std::fmt::Display) -> Self {
+        JobError {
+            retry_after: Some(delay),
+            ..JobError::retry(e)
+        }
+    }
+
+    /// A failure that retrying cannot fix: the job goes straight to `dead`.
+    pub fn permanent(e: impl std::fmt::Display) -> Self {
+        JobError {
+            kind: JobErrorKind::Permanent,
+            message: e.to_string(),
+            retry_after: None,
+        }
+    }
+
+    /// Whether the claim was lost.
+    pub fn is_lease_lost(&self) -> bool {
+        self.kind == JobErrorKind::LeaseLost
+    }
+}
+
+impl From<IdemError> for JobError {
+    fn from(e: IdemError) -> Self {
+        match e {
+            IdemError::Store(s) => s.into(),
+            other => JobError::permanent(other),
+        }
+    }
+}
+
+impl From<StoreError> for JobError {
+    fn from(e: StoreError) -> Self {
+        let kind = match &e {
+            StoreError::LeaseLost { .. } => JobErrorKind::LeaseLost,
+            StoreError::Invalid(_) => JobErrorKind::Permanent,
+            _ => JobErrorKind::Retry,
+        };
+        JobError {
+            kind,
+            message: e.to_string(),
+            retry_after: None,
+        }
+    }
+}

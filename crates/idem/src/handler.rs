@@ -1,0 +1,106 @@
+//! The [`Handler`] trait, effect classes, and the type-erased registry entry the worker
+//! dispatches to.
+//!
+//! Every handler declares its [`EffectClass`], which decides what idem can promise about
+//! its effect (DESIGN.md section 1). Arguments are decoded before the handler runs; args
+//! that do not decode are a permanent failure with a message naming the kind and the
+//! decoding error, and the handler never sees them.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+
+use crate::context::JobContext;
+use crate::error::JobError;
+
+/// What a handler's effect is, and so what idem guarantees about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EffectClass {
+    /// Rows in the same store as the queue: effect key, effect and completion commit in
+    /// one fenced transaction. Guarantee: effect-once.
+    Transactional,
+    /// A call to a service that honours an idempotency key, sent with the same key on
+    /// every attempt. Guarantee: effect-once if the remote honours the key.
+    KeyedRemote,
+    /// A call to a service without idempotency. Guarantee: duplicate-visible, never a
+    /// silent duplicate (an unknown outcome goes to reconciliation).
+    UnkeyedRemote,
+}
+
+impl EffectClass {
+    /// The name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EffectClass::Transactional => "Transactional",
+            EffectClass::KeyedRemote => "KeyedRemote",
+            EffectClass::UnkeyedRemote => "UnkeyedRemote",
+        }
+    }
+
+    /// The guarantee in plain words.
+    pub fn guarantee(self) -> &'static str {
+        match self {
+            EffectClass::Transactional => "effect-once",
+            EffectClass::KeyedRemote => "effect-once if the remote honours the key",
+            EffectClass::UnkeyedRemote => "duplicate-visible: never a silent duplicate",
+        }
+    }
+}
+
+/// A job handler: the code that runs jobs of one kind.
+pub trait Handler: Send + Sync + 'static {
+    /// The job kind this handler runs.
+    const KIND: &'static str;
+    /// What the handler's effect is.
+    const EFFECT: EffectClass;
+    /// The job's arguments, decoded from its JSON `args`.
+    type Args: DeserializeOwned + Send + 'static;
+
+    /// Runs one attempt. Return `Ok(())` to complete the job (if the handler did not
+    /// already complete it inside its effect transaction) or a [`JobError`].
+    fn run(
+        &self,
+        cx: &mut JobContext,
+        args: Self::Args,
+    ) -> impl Future<Output = Result<(), JobError>> + Send;
+}
+
+pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// A registered handler with its types erased.
+pub(crate) trait ErasedHandler: Send + Sync {
+    fn effect(&self) -> EffectClass;
+    fn call(
+        self: Arc<Self>,
+        cx: JobContext,
+        args: serde_json::Value,
+    ) -> BoxFuture<(JobContext, Result<(), JobError>)>;
+}
+
+pub(crate) struct Registered<H>(pub(crate) H);
+
+impl<H: Handler> ErasedHandler for Registered<H> {
+    fn effect(&self) -> EffectClass {
+        H::EFFECT
+    }
+
+    fn call(
+        self: Arc<Self>,
+        mut cx: JobContext,
+        args: serde_json::Value,
+    ) -> BoxFuture<(JobContext, Result<(), JobError>)> {
+        Box::pin(async move {
+            let args: H::Args = match serde_json::from_value(args) {
+                Ok(a) => a,
+                Err(e) => {
+                    let msg = format!("args of job kind {:?} do not decode: {e}", H::KIND);
+                    return (cx, Err(JobError::permanent(msg)));
+                }
+            };
+            let out = self.0.run(&mut cx, args).await;
+            (cx, out)
+        })
+    }
+}

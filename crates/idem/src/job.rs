@@ -1,0 +1,121 @@
+//! [`Job`]: what a producer enqueues, validated before anything is written.
+
+use idem_store::{NewJob, Timestamp};
+
+use crate::error::IdemError;
+use crate::retry::DEFAULT_MAX_ATTEMPTS;
+
+/// The default queue.
+pub const DEFAULT_QUEUE: &str = "default";
+/// The longest kind or queue name accepted.
+pub const MAX_NAME_LEN: usize = 255;
+
+/// A job to enqueue: kind, JSON args, and options.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    kind: String,
+    args: serde_json::Value,
+    queue: String,
+    priority: i16,
+    run_at: Option<Timestamp>,
+    max_attempts: i32,
+}
+
+impl Job {
+    /// A job of `kind` with `args`, on the default queue, priority 0, to run now.
+    pub fn new(kind: impl Into<String>, args: serde_json::Value) -> Self {
+        Job {
+            kind: kind.into(),
+            args,
+            queue: DEFAULT_QUEUE.to_owned(),
+            priority: 0,
+            run_at: None,
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+        }
+    }
+
+    /// The queue to wait in.
+    pub fn queue(mut self, queue: impl Into<String>) -> Self {
+        self.queue = queue.into();
+        self
+    }
+
+    /// Lower numbers are claimed first (default 0).
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Not before this time (the job is `scheduled` until then).
+    pub fn run_at(mut self, at: Timestamp) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+
+    /// Attempts allowed before the job is dead (default: the default ladder's rungs + 1).
+    pub fn max_attempts(mut self, n: i32) -> Self {
+        self.max_attempts = n;
+        self
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// Checks the job and turns it into the store's record.
+    pub(crate) fn into_new(self) -> Result<NewJob, IdemError> {
+        check_name("kind", &self.kind)?;
+        check_name("queue", &self.queue)?;
+        if self.max_attempts < 1 {
+            return Err(IdemError::InvalidJob(format!(
+                "max_attempts is {}; it must be at least 1",
+                self.max_attempts
+            )));
+        }
+        Ok(NewJob {
+            kind: self.kind,
+            queue: self.queue,
+            args: self.args,
+            priority: self.priority,
+            run_at: self.run_at,
+            max_attempts: self.max_attempts,
+        })
+    }
+}
+
+/// Checks a kind or queue name: 1–255 printable ASCII characters.
+pub(crate) fn check_name(field: &str, value: &str) -> Result<(), IdemError> {
+    let printable = value.chars().all(|c| c.is_ascii_graphic());
+    if value.is_empty() || value.len() > MAX_NAME_LEN || !printable {
+        return Err(IdemError::InvalidJob(format!(
+            "{field} {value:?} is not valid: use 1 to {MAX_NAME_LEN} printable ASCII \
+             characters without spaces"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(Job::new("a", serde_json::json!({})).into_new().is_ok());
+        let err = Job::new("", serde_json::json!({})).into_new().unwrap_err();
+        assert!(err.to_string().contains("kind \"\""), "{err}");
+        let err = Job::new("k", serde_json::json!(1))
+            .queue("has space")
+            .into_new()
+            .unwrap_err();
+        assert!(err.to_string().contains("queue"), "{err}");
+        let long = "x".repeat(256);
+        assert!(Job::new(long, serde_json::json!(1)).into_new().is_err());
+        let err = Job::new("k", serde_json::json!(1))
+            .max_attempts(0)
+            .into_new()
+            .unwrap_err();
+        assert!(err.to_string().contains("max_attempts"), "{err}");
+    }
+}

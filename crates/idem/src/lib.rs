@@ -1,0 +1,63 @@
+//! idem: durable background jobs whose effects happen once.
+//!
+//! Delivery is at-least-once: a job is claimed under a lease and a fence, and a worker
+//! that dies or stalls loses the job to another. What makes the *effect* happen once is
+//! that a handler's effects commit in the transaction that also completes the job, opened
+//! by [`JobContext::begin`] with a fence check first: a worker whose claim is stale cannot
+//! commit anything ([`IdemError::is_lease_lost`]).
+//!
+//! ```no_run
+//! use idem::{EffectClass, Handler, Idem, Job, JobContext, JobError, WorkerConfig};
+//! use serde::Deserialize;
+//!
+//! #[derive(Deserialize)]
+//! struct Receipt { order_id: i64 }
+//!
+//! struct ReceiptMail;
+//!
+//! impl Handler for ReceiptMail {
+//!     const KIND: &'static str = "receipt-mail";
+//!     const EFFECT: EffectClass = EffectClass::Transactional;
+//!     type Args = Receipt;
+//!
+//!     async fn run(&self, cx: &mut JobContext, args: Receipt) -> Result<(), JobError> {
+//!         let mut tx = cx.begin().await?; // refused if this claim is stale
+//!         tx.execute("INSERT INTO outbox (order_id) VALUES ($1)", &[args.order_id.into()])
+//!             .await?;
+//!         tx.complete().await?; // the outbox row and the completion commit together
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn example() -> Result<(), idem::IdemError> {
+//! let idem = Idem::connect("sqlite://idem.db").await?;
+//! idem.enqueue(Job::new("receipt-mail", serde_json::json!({"order_id": 42}))).await?;
+//! let mut worker = idem.worker(WorkerConfig::default())?;
+//! worker.register(ReceiptMail)?;
+//! let running = worker.start();
+//! // … later:
+//! let report = running.shutdown().await;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod client;
+mod clock;
+mod context;
+mod error;
+mod handler;
+mod job;
+pub mod retry;
+mod worker;
+
+pub use client::{Idem, Tx, connect_store};
+pub use clock::{Clock, DatabaseClock, ManualClock};
+pub use context::{EffectTx, JobContext};
+pub use error::{IdemError, JobError, JobErrorKind};
+pub use handler::{EffectClass, Handler};
+pub use idem_store::{
+    AttemptOutcome, AttemptRow, Backend, JobList, JobRow, JobState, LeaseToken, QueueCount,
+    SqlValue, Store, StoreError, StoreTx, Timestamp,
+};
+pub use job::Job;
+pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerReport};

@@ -1,0 +1,677 @@
+//! The worker runtime: claim loops per queue, one heartbeat for all leases, the rescuer,
+//! and graceful shutdown.
+//!
+//! A job's life in a worker reads as named steps: `claim` (one round trip for up to the
+//! free slots of a queue) → `execute` (the handler in its own task, under the job
+//! timeout; a panic is a failed attempt, not a dead worker) → `finish` (complete, or
+//! fail along the ladder, every write carrying the claim's fence).
+//!
+//! What must stay true: a slot (semaphore permit) is held from claim until the job's
+//! final write, so a worker never holds more leases than its concurrency; a lease the
+//! heartbeat finds lost is flagged to the handler and its writes are refused by the store.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_store::{
+    JobClaim, JobComplete, JobFail, JobHeartbeat, JobRow, LeaseToken, StoreError, StoreResult,
+};
+use rand::Rng;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::{AbortHandle, JoinHandle};
+
+use crate::client::Idem;
+use crate::context::JobContext;
+use crate::error::{IdemError, JobError, JobErrorKind};
+use crate::handler::{EffectClass, ErasedHandler, Handler, Registered};
+use crate::job::{DEFAULT_QUEUE, check_name};
+use crate::retry::RetryLadder;
+
+/// Default lease: 30 s.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Default concurrency of the default queue.
+pub const DEFAULT_CONCURRENCY: usize = 10;
+/// Default time between polls when no wake-up arrives.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// Default job timeout.
+pub const DEFAULT_JOB_TIMEOUT: Duration = Duration::from_secs(60);
+/// Default rescue sweep interval.
+pub const DEFAULT_RESCUE_INTERVAL: Duration = Duration::from_secs(5);
+/// Default time running jobs get to finish after shutdown starts.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most jobs one claim statement takes.
+pub const DEFAULT_CLAIM_BATCH: usize = 100;
+/// Highest concurrency accepted per queue.
+pub const MAX_CONCURRENCY: usize = 10_000;
+
+/// Settings of a worker; `validate` names any bad value.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// Name recorded as `lease_owner`; `None` = host, pid and a random suffix.
+    pub name: Option<String>,
+    /// Queue name → how many of its jobs run at once.
+    pub queues: BTreeMap<String, usize>,
+    /// Lease length; heartbeats extend it.
+    pub lease: Duration,
+    /// Time between heartbeats; must be shorter than the lease (default lease / 3).
+    pub heartbeat_interval: Duration,
+    /// Time between claims when no wake-up arrives.
+    pub poll_interval: Duration,
+    /// A handler running longer is stopped and its attempt fails.
+    pub job_timeout: Duration,
+    /// Time between rescue sweeps for expired leases.
+    pub rescue_interval: Duration,
+    /// Time running jobs get to finish after shutdown starts.
+    pub shutdown_timeout: Duration,
+    /// Most jobs one claim statement takes.
+    pub claim_batch: usize,
+    /// Delays between attempts.
+    pub ladder: RetryLadder,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            name: None,
+            queues: BTreeMap::from([(DEFAULT_QUEUE.to_owned(), DEFAULT_CONCURRENCY)]),
+            lease: DEFAULT_LEASE,
+            heartbeat_interval: DEFAULT_LEASE / 3,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            job_timeout: DEFAULT_JOB_TIMEOUT,
+            rescue_interval: DEFAULT_RESCUE_INTERVAL,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            claim_batch: DEFAULT_CLAIM_BATCH,
+            ladder: RetryLadder::default(),
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Sets the queues to exactly one, `queue` with `concurrency`.
+    pub fn only_queue(mut self, queue: &str, concurrency: usize) -> Self {
+        self.queues = BTreeMap::from([(queue.to_owned(), concurrency)]);
+        self
+    }
+
+    /// Sets the lease and a heartbeat of a third of it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self.heartbeat_interval = lease / 3;
+        self
+    }
+
+    /// Checks every value; the error names the bad one and what is allowed.
+    pub fn validate(&self) -> Result<(), IdemError> {
+        let bad = |m: String| Err(IdemError::Config(m));
+        if self.queues.is_empty() {
+            return bad("no queues: give at least one queue with a concurrency ≥ 1".into());
+        }
+        for (queue, n) in &self.queues {
+            check_name("queue", queue).map_err(|e| IdemError::Config(e.to_string()))?;
+            if *n == 0 || *n > MAX_CONCURRENCY {
+                return bad(format!(
+                    "queue {queue:?} has concurrency {n}; use 1 to {MAX_CONCURRENCY}"
+                ));
+            }
+        }
+        if self.lease < Duration::from_millis(100) {
+            return bad(format!(
+                "lease is {:?}; it must be at least 100ms",
+                self.lease
+            ));
+        }
+        if self.heartbeat_interval.is_zero() || self.heartbeat_interval >= self.lease {
+            return bad(format!(
+                "heartbeat interval is {:?} with a lease of {:?}; it must be above zero and \
+                 shorter than the lease (lease / 3 is the default)",
+                self.heartbeat_interval, self.lease
+            ));
+        }
+        for (name, d) in [
+            ("poll interval", self.poll_interval),
+            ("job timeout", self.job_timeout),
+            ("rescue interval", self.rescue_interval),
+        ] {
+            if d.is_zero() {
+                return bad(format!("{name} is zero; it must be above zero"));
+            }
+        }
+        if self.claim_batch == 0 {
+            return bad("claim batch is 0; it must be at least 1".into());
+        }
+        self.ladder.validate().map_err(IdemError::Config)
+    }
+}
+
+/// What a worker did, counted since it started.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WorkerReport {
+    /// Jobs claimed.
+    pub claimed: u64,
+    /// Jobs completed by this worker.
+    pub completed: u64,
+    /// Failed attempts that will run again.
+    pub retried: u64,
+    /// Jobs this worker moved to `dead`.
+    pub dead: u64,
+    /// Writes refused because the claim was stale (lease lost): the fence at work.
+    pub lease_lost: u64,
+    /// Attempts whose handler panicked.
+    pub panicked: u64,
+    /// Attempts stopped by the job timeout.
+    pub timed_out: u64,
+    /// Expired leases this worker's rescuer moved back.
+    pub rescued: u64,
+}
+
+#[derive(Default)]
+struct Stats {
+    claimed: AtomicU64,
+    completed: AtomicU64,
+    retried: AtomicU64,
+    dead: AtomicU64,
+    lease_lost: AtomicU64,
+    panicked: AtomicU64,
+    timed_out: AtomicU64,
+    rescued: AtomicU64,
+}
+
+impl Stats {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn report(&self) -> WorkerReport {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        WorkerReport {
+            claimed: get(&self.claimed),
+            completed: get(&self.completed),
+            retried: get(&self.retried),
+            dead: get(&self.dead),
+            lease_lost: get(&self.lease_lost),
+            panicked: get(&self.panicked),
+            timed_out: get(&self.timed_out),
+            rescued: get(&self.rescued),
+        }
+    }
+}
+
+/// A claim this worker holds.
+struct Held {
+    fence: i64,
+    lost: Arc<AtomicBool>,
+    abort: Option<AbortHandle>,
+}
+
+/// A worker being configured; [`Worker::start`] runs it.
+pub struct Worker {
+    idem: Idem,
+    config: WorkerConfig,
+    name: String,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+}
+
+impl Worker {
+    pub(crate) fn new(idem: Idem, config: WorkerConfig) -> Result<Worker, IdemError> {
+        config.validate()?;
+        let name = config.name.clone().unwrap_or_else(default_name);
+        Ok(Worker {
+            idem,
+            config,
+            name,
+            handlers: HashMap::new(),
+        })
+    }
+
+    /// Registers a handler for its kind; a kind registered twice is refused.
+    pub fn register<H: Handler>(&mut self, handler: H) -> Result<&mut Self, IdemError> {
+        check_name("kind", H::KIND).map_err(|e| IdemError::Config(e.to_string()))?;
+        if self.handlers.contains_key(H::KIND) {
+            return Err(IdemError::Config(format!(
+                "a handler for kind {:?} is already registered on this worker",
+                H::KIND
+            )));
+        }
+        self.handlers
+            .insert(H::KIND.to_owned(), Arc::new(Registered(handler)));
+        Ok(self)
+    }
+
+    /// The worker's name (its `lease_owner`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The registered kinds with their effect classes, sorted by kind.
+    pub fn kinds(&self) -> Vec<(String, EffectClass)> {
+        let mut kinds: Vec<_> = self
+            .handlers
+            .iter()
+            .map(|(k, h)| (k.clone(), h.effect()))
+            .collect();
+        kinds.sort_by(|a, b| a.0.cmp(&b.0));
+        kinds
+    }
+
+    /// Starts the claim loops, the heartbeat and the rescuer on the current runtime.
+    pub fn start(self) -> WorkerHandle {
+        let (stop_claims, claims_rx) = watch::channel(false);
+        let (stop_upkeep, upkeep_rx) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            idem: self.idem,
+            config: self.config,
+            name: self.name,
+            handlers: self.handlers,
+            held: Mutex::new(HashMap::new()),
+            stats: Stats::default(),
+            running: AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
+        });
+        let mut tasks = Vec::new();
+        for (queue, concurrency) in &shared.config.queues {
+            let (s, q, rx) = (shared.clone(), queue.clone(), claims_rx.clone());
+            tasks.push(tokio::spawn(claim_loop(s, q, *concurrency, rx)));
+        }
+        tasks.push(tokio::spawn(rescue_loop(shared.clone(), claims_rx)));
+        let upkeep = vec![tokio::spawn(heartbeat_loop(shared.clone(), upkeep_rx))];
+        WorkerHandle {
+            shared,
+            claim_tasks: tasks,
+            upkeep_tasks: upkeep,
+            stop_claims,
+            stop_upkeep,
+        }
+    }
+}
+
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    let suffix: u16 = rand::rng().random();
+    format!("{host}-{}-{suffix:04x}", std::process::id())
+}
+
+/// A running worker.
+pub struct WorkerHandle {
+    shared: Arc<Shared>,
+    claim_tasks: Vec<JoinHandle<()>>,
+    upkeep_tasks: Vec<JoinHandle<()>>,
+    stop_claims: watch::Sender<bool>,
+    stop_upkeep: watch::Sender<bool>,
+}
+
+impl WorkerHandle {
+    /// What the worker did so far.
+    pub fn report(&self) -> WorkerReport {
+        self.shared.stats.report()
+    }
+
+    /// The worker's name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Stops claiming, lets running jobs finish for up to the shutdown timeout, then
+    /// stops the rest (their attempts fail and they run again later) and returns the
+    /// final report.
+    pub async fn shutdown(self) -> WorkerReport {
+        let _ = self.stop_claims.send(true);
+        for t in self.claim_tasks {
+            let _ = t.await;
+        }
+        let timeout = self.shared.config.shutdown_timeout;
+        if tokio::time::timeout(timeout, self.shared.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(worker = %self.shared.name, "shutdown timeout reached; stopping running jobs");
+            self.shared.abort_all();
+            self.shared.wait_idle().await;
+        }
+        let _ = self.stop_upkeep.send(true);
+        for t in self.upkeep_tasks {
+            let _ = t.await;
+        }
+        self.shared.stats.report()
+    }
+}
+
+struct Shared {
+    idem: Idem,
+    config: WorkerConfig,
+    name: String,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    held: Mutex<HashMap<i64, Held>>,
+    stats: Stats,
+    running: AtomicUsize,
+    idle: tokio::sync::Notify,
+}
+
+impl Shared {
+    async fn wait_idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    fn abort_all(&self) {
+        let held = self.held.lock().expect("held lock poisoned");
+        for h in held.values() {
+            if let Some(a) = &h.abort {
+                a.abort();
+            }
+        }
+    }
+
+    fn tokens(&self) -> Vec<LeaseToken> {
+        let held = self.held.lock().expect("held lock poisoned");
+        held.iter()
+            .map(|(id, h)| LeaseToken {
+                job_id: *id,
+                fence: h.fence,
+            })
+            .collect()
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+async fn claim_loop(
+    shared: Arc<Shared>,
+    queue: String,
+    concurrency: usize,
+    mut stop: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(concurrency));
+    let batch = shared.config.claim_batch.min(concurrency);
+    while !*stop.borrow() {
+        let first = tokio::select! {
+            biased;
+            _ = stop.changed() => break,
+            p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
+        };
+        if *stop.borrow() {
+            break;
+        }
+        let mut permits = vec![first];
+        while permits.len() < batch {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let wake = shared.idem.wake.notified();
+        tokio::pin!(wake);
+        wake.as_mut().enable();
+        let wanted = permits.len();
+        let got = claim(&shared, &queue, permits).await;
+        if got == wanted {
+            continue;
+        }
+        tokio::select! {
+            _ = wake => {},
+            _ = tokio::time::sleep(shared.config.poll_interval) => {},
+            _ = stop.changed() => {},
+        }
+    }
+}
+
+/// Claims up to `permits.len()` jobs and starts each with one permit; returns how many.
+async fn claim(shared: &Arc<Shared>, queue: &str, permits: Vec<OwnedSemaphorePermit>) -> usize {
+    let params = JobClaim {
+        queue: queue.to_owned(),
+        limit: u32::try_from(permits.len()).unwrap_or(u32::MAX),
+        lease_ms: shared.lease_ms(),
+        worker: shared.name.clone(),
+        now: shared.idem.clock.now(),
+    };
+    let jobs = match shared.idem.store.job_claim(params).await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            tracing::warn!(worker = %shared.name, queue, error = %e, "claim failed; will retry");
+            return 0;
+        }
+    };
+    Stats::add(&shared.stats.claimed, jobs.len() as u64);
+    let got = jobs.len();
+    for (job, permit) in jobs.into_iter().zip(permits) {
+        shared.running.fetch_add(1, Ordering::AcqRel);
+        tokio::spawn(run_job(shared.clone(), job, permit));
+    }
+    got
+}
+
+/// One claimed job, from its handler to its final write.
+async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaphorePermit) {
+    let outcome = execute(&shared, &job).await;
+    finish(&shared, &job, outcome).await;
+    shared
+        .held
+        .lock()
+        .expect("held lock poisoned")
+        .remove(&job.id);
+    shared.running.fetch_sub(1, Ordering::AcqRel);
+    shared.idle.notify_waiters();
+}
+
+/// Runs the handler in its own task under the job timeout. `Ok(true)`: the handler
+/// completed the job in its effect transaction.
+async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
+    let lost = Arc::new(AtomicBool::new(false));
+    shared.held.lock().expect("held lock poisoned").insert(
+        job.id,
+        Held {
+            fence: job.fence,
+            lost: lost.clone(),
+            abort: None,
+        },
+    );
+    let Some(handler) = shared.handlers.get(&job.kind).cloned() else {
+        return Err(JobError::retry(unknown_kind(shared, &job.kind)));
+    };
+    let (store, clock) = (shared.idem.store.clone(), shared.idem.clock.clone());
+    let cx = JobContext::new(job.clone(), store, clock, lost);
+    let mut task = tokio::spawn(handler.call(cx, job.args.clone()));
+    if let Some(h) = shared
+        .held
+        .lock()
+        .expect("held lock poisoned")
+        .get_mut(&job.id)
+    {
+        h.abort = Some(task.abort_handle());
+    }
+    let timeout = shared.config.job_timeout;
+    match tokio::time::timeout(timeout, &mut task).await {
+        Ok(Ok((cx, result))) => result.map(|()| cx.completed),
+        Ok(Err(e)) if e.is_panic() => {
+            Stats::add(&shared.stats.panicked, 1);
+            Err(JobError::retry(format!(
+                "handler panicked: {}",
+                panic_message(e.into_panic())
+            )))
+        }
+        Ok(Err(_)) => Err(JobError::retry(
+            "worker shut down before the job finished (shutdown timeout reached)",
+        )),
+        Err(_) => {
+            task.abort();
+            Stats::add(&shared.stats.timed_out, 1);
+            Err(JobError::retry(format!(
+                "job timed out after {timeout:?} (job timeout)"
+            )))
+        }
+    }
+}
+
+fn unknown_kind(shared: &Shared, kind: &str) -> String {
+    let mut known: Vec<&str> = shared.handlers.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    format!(
+        "no handler for job kind {kind:?} is registered on worker {}; registered kinds: [{}]",
+        shared.name,
+        known.join(", ")
+    )
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
+
+/// Records the attempt's outcome under the claim's fence.
+async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) {
+    let lease = job.lease_token();
+    let now = shared.idem.clock.now();
+    let result = match outcome {
+        Ok(true) => Ok(Finished::Completed),
+        Ok(false) => {
+            write_retrying(|| async {
+                let params = JobComplete { lease, now };
+                shared.idem.store.job_complete(params).await?;
+                Ok(Finished::Completed)
+            })
+            .await
+        }
+        Err(e) if e.kind == JobErrorKind::LeaseLost => Ok(Finished::LeaseLost),
+        Err(e) => fail(shared, job, e).await,
+    };
+    let stats = &shared.stats;
+    match result {
+        Ok(Finished::Completed) => Stats::add(&stats.completed, 1),
+        Ok(Finished::Retried) => Stats::add(&stats.retried, 1),
+        Ok(Finished::Dead) => Stats::add(&stats.dead, 1),
+        Ok(Finished::LeaseLost) | Err(StoreError::LeaseLost { .. }) => {
+            tracing::info!(
+                job_id = job.id,
+                fence = job.fence,
+                "stale claim refused by the store"
+            );
+            Stats::add(&stats.lease_lost, 1);
+        }
+        Err(e) => {
+            tracing::error!(job_id = job.id, error = %e, "could not record the attempt; the lease will expire and the job will be rescued");
+        }
+    }
+}
+
+enum Finished {
+    Completed,
+    Retried,
+    Dead,
+    LeaseLost,
+}
+
+async fn fail(shared: &Shared, job: &JobRow, e: JobError) -> StoreResult<Finished> {
+    let retry_in_ms = match e.kind {
+        JobErrorKind::Permanent => None,
+        _ => {
+            let delay = e.retry_after.unwrap_or_else(|| {
+                let unit: f64 = rand::rng().random();
+                shared.config.ladder.delay(job.attempt, unit)
+            });
+            Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
+        }
+    };
+    tracing::debug!(job_id = job.id, attempt = job.attempt, error = %e, "attempt failed");
+    let params = JobFail {
+        lease: job.lease_token(),
+        error: e.message,
+        retry_in_ms,
+        now: shared.idem.clock.now(),
+    };
+    write_retrying(|| async {
+        let row = shared.idem.store.job_fail(params.clone()).await?;
+        Ok(match row.state {
+            idem_store::JobState::Dead => Finished::Dead,
+            _ => Finished::Retried,
+        })
+    })
+    .await
+}
+
+/// Retries a final write a few times while the store says retrying can help.
+async fn write_retrying<T, F, Fut>(mut op: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..4 {
+        match op().await {
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(error = %e, "final write failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff *= 3;
+            }
+            other => return other,
+        }
+    }
+    op().await
+}
+
+async fn heartbeat_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(shared.config.heartbeat_interval) => {},
+            _ = stop.changed() => return,
+        }
+        let leases = shared.tokens();
+        if leases.is_empty() {
+            continue;
+        }
+        let params = JobHeartbeat {
+            leases: leases.clone(),
+            lease_ms: shared.lease_ms(),
+            now: shared.idem.clock.now(),
+        };
+        match shared.idem.store.job_heartbeat(params).await {
+            Ok(renewed) => mark_lost(&shared, &leases, &renewed),
+            Err(e) => tracing::warn!(worker = %shared.name, error = %e, "heartbeat failed"),
+        }
+    }
+}
+
+fn mark_lost(shared: &Shared, sent: &[LeaseToken], renewed: &[idem_store::LeaseRenewal]) {
+    let held = shared.held.lock().expect("held lock poisoned");
+    for token in sent {
+        let kept = renewed
+            .iter()
+            .any(|r| r.job_id == token.job_id && r.fence == token.fence);
+        if let (false, Some(h)) = (kept, held.get(&token.job_id))
+            && h.fence == token.fence
+            && !h.lost.swap(true, Ordering::AcqRel)
+        {
+            tracing::warn!(job_id = token.job_id, fence = token.fence, "lease lost");
+        }
+    }
+}
+
+async fn rescue_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        match shared.idem.rescue().await {
+            Ok(rows) if !rows.is_empty() => {
+                tracing::info!(worker = %shared.name, rescued = rows.len(), "rescued expired leases");
+                Stats::add(&shared.stats.rescued, rows.len() as u64);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(worker = %shared.name, error = %e, "rescue failed"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(shared.config.rescue_interval) => {},
+            _ = stop.changed() => return,
+        }
+    }
+}

@@ -1,0 +1,132 @@
+//! Shared pieces of the engine's tests: a client over a test database, an effect table
+//! in the caller's own schema, and signals that handlers send to the test.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::{
+    Clock, EffectClass, Handler, Idem, JobContext, JobError, JobRow, ManualClock, SqlValue,
+    WorkerConfig,
+};
+use idem_store_tests::TestDb;
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+/// A client on the test database, on `clock` if given.
+pub fn client(db: &TestDb, clock: Option<Arc<dyn Clock>>) -> Idem {
+    let idem = Idem::from_store(db.store.clone());
+    match clock {
+        Some(c) => idem.with_clock(c),
+        None => idem,
+    }
+}
+
+/// A manual clock standing at the database's current time.
+pub async fn db_clock(db: &TestDb) -> ManualClock {
+    ManualClock::new(db.store.now().await.expect("database clock"))
+}
+
+/// A worker config on one queue, polling often, with the rescuer effectively off (tests
+/// rescue explicitly).
+pub fn config(queue: &str, concurrency: usize) -> WorkerConfig {
+    let mut c = WorkerConfig::default().only_queue(queue, concurrency);
+    c.poll_interval = Duration::from_millis(20);
+    c.rescue_interval = Duration::from_secs(3600);
+    c
+}
+
+/// The effect table of the tests: a plain table of the caller's, with no uniqueness, so
+/// a duplicate effect would show as a second row.
+pub const EFFECT_TABLE: &str = "CREATE TABLE test_effect (job_id BIGINT NOT NULL, \
+     fence BIGINT NOT NULL, worker TEXT NOT NULL)";
+
+/// Creates the effect table.
+pub async fn create_effect_table(idem: &Idem) {
+    let mut tx = idem.begin().await.expect("begin");
+    tx.execute(EFFECT_TABLE, &[])
+        .await
+        .expect("create effect table");
+    tx.commit().await.expect("commit");
+}
+
+/// Every effect row as (job_id, fence, worker).
+pub async fn effects(idem: &Idem) -> Vec<(i64, i64, String)> {
+    let sql = "SELECT job_id, fence, worker FROM test_effect ORDER BY job_id, fence";
+    let rows = idem.store().query(sql, &[]).await.expect("read effects");
+    rows.into_iter()
+        .map(|r| match r.as_slice() {
+            [SqlValue::Int(j), SqlValue::Int(f), SqlValue::Text(w)] => (*j, *f, w.clone()),
+            other => panic!("unexpected effect row {other:?}"),
+        })
+        .collect()
+}
+
+/// A one-shot signal that a `Sync` handler can fire once.
+pub struct Once<T>(Mutex<Option<oneshot::Sender<T>>>);
+
+impl<T> Once<T> {
+    pub fn new() -> (Self, oneshot::Receiver<T>) {
+        let (tx, rx) = oneshot::channel();
+        (Once(Mutex::new(Some(tx))), rx)
+    }
+
+    pub async fn fire(&self, v: T) {
+        if let Some(tx) = self.0.lock().await.take() {
+            let _ = tx.send(v);
+        }
+    }
+}
+
+/// A one-shot wait that a `Sync` handler can await once.
+pub struct Gate(Mutex<Option<oneshot::Receiver<()>>>);
+
+impl Gate {
+    pub fn new() -> (Self, oneshot::Sender<()>) {
+        let (tx, rx) = oneshot::channel();
+        (Gate(Mutex::new(Some(rx))), tx)
+    }
+
+    pub async fn wait(&self) {
+        let rx = self.0.lock().await.take();
+        if let Some(rx) = rx {
+            let _ = rx.await;
+        }
+    }
+}
+
+/// A channel of events from handlers.
+pub fn events<T>() -> (mpsc::UnboundedSender<T>, mpsc::UnboundedReceiver<T>) {
+    mpsc::unbounded_channel()
+}
+
+/// The job, which must exist.
+pub async fn job(idem: &Idem, id: i64) -> JobRow {
+    idem.job(id).await.expect("read job").expect("job exists")
+}
+
+/// The kind the effect tests enqueue.
+pub const EFFECT_KIND: &str = "effect";
+
+/// Writes one effect row and completes the job in one fenced transaction, then reports
+/// the fence it committed under.
+pub struct WriteEffect {
+    pub worker: &'static str,
+    pub done: Once<i64>,
+}
+
+impl Handler for WriteEffect {
+    const KIND: &'static str = EFFECT_KIND;
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let lease = cx.lease();
+        let mut tx = cx.begin().await?;
+        let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, $3)";
+        let row = [lease.job_id.into(), lease.fence.into(), self.worker.into()];
+        tx.execute(sql, &row).await?;
+        tx.complete().await?;
+        self.done.fire(lease.fence).await;
+        Ok(())
+    }
+}
