@@ -9,18 +9,52 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use tokio::sync::Notify;
+
 use idem_store::{JobComplete, JobInsert, JobLock, JobRow, LeaseToken, SqlValue, Store, StoreTx};
 
 use crate::clock::Clock;
 use crate::error::IdemError;
 use crate::job::Job;
 
+/// Raised by the worker's heartbeat when it finds a claim no longer current.
+#[derive(Debug, Default)]
+pub(crate) struct LeaseSignal {
+    lost: AtomicBool,
+    notify: Notify,
+}
+
+impl LeaseSignal {
+    /// Raises the signal; returns whether it was already raised.
+    pub(crate) fn raise(&self) -> bool {
+        let was = self.lost.swap(true, Ordering::AcqRel);
+        self.notify.notify_waiters();
+        was
+    }
+
+    fn is_raised(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_raised() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// What a running handler holds: its job, its claim, and access to the store.
 pub struct JobContext {
     job: JobRow,
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
-    lease_lost: Arc<AtomicBool>,
+    lease_lost: Arc<LeaseSignal>,
     pub(crate) completed: bool,
 }
 
@@ -29,7 +63,7 @@ impl JobContext {
         job: JobRow,
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
-        lease_lost: Arc<AtomicBool>,
+        lease_lost: Arc<LeaseSignal>,
     ) -> Self {
         JobContext {
             job,
@@ -53,7 +87,13 @@ impl JobContext {
     /// Whether a heartbeat has found this claim lost. A handler doing long work can
     /// check this and stop early; its writes would be refused anyway.
     pub fn is_lease_lost(&self) -> bool {
-        self.lease_lost.load(Ordering::Acquire)
+        self.lease_lost.is_raised()
+    }
+
+    /// Resolves when a heartbeat finds this claim lost (never, if it stays current). A
+    /// long handler can `select!` on it to stop work whose result would be refused.
+    pub async fn lease_lost(&self) {
+        self.lease_lost.wait().await
     }
 
     /// The store, for reads outside the effect transaction.

@@ -11,7 +11,7 @@
 //! heartbeat finds lost is flagged to the handler and its writes are refused by the store.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::client::Idem;
-use crate::context::JobContext;
+use crate::context::{JobContext, LeaseSignal};
 use crate::error::{IdemError, JobError, JobErrorKind};
 use crate::handler::{EffectClass, ErasedHandler, Handler, Registered};
 use crate::job::{DEFAULT_QUEUE, check_name};
@@ -201,7 +201,7 @@ impl Stats {
 /// A claim this worker holds.
 struct Held {
     fence: i64,
-    lost: Arc<AtomicBool>,
+    lost: Arc<LeaseSignal>,
     abort: Option<AbortHandle>,
 }
 
@@ -468,7 +468,7 @@ async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaphorePermit) 
 /// Runs the handler in its own task under the job timeout. `Ok(true)`: the handler
 /// completed the job in its effect transaction.
 async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
-    let lost = Arc::new(AtomicBool::new(false));
+    let lost = Arc::new(LeaseSignal::default());
     shared.held.lock().expect("held lock poisoned").insert(
         job.id,
         Held {
@@ -652,7 +652,7 @@ fn mark_lost(shared: &Shared, sent: &[LeaseToken], renewed: &[idem_store::LeaseR
             .any(|r| r.job_id == token.job_id && r.fence == token.fence);
         if let (false, Some(h)) = (kept, held.get(&token.job_id))
             && h.fence == token.fence
-            && !h.lost.swap(true, Ordering::AcqRel)
+            && !h.lost.raise()
         {
             tracing::warn!(job_id = token.job_id, fence = token.fence, "lease lost");
         }

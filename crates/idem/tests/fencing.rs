@@ -167,7 +167,67 @@ async fn cancel_fences_out_the_running_worker(db: &TestDb) {
     let _: &dyn Store = idem.store().as_ref();
 }
 
+/// Waits until the worker's heartbeat reports its claim lost, then tries to write.
+struct WaitsForLoss {
+    started: Once<()>,
+    refused: Once<bool>,
+}
+
+impl Handler for WaitsForLoss {
+    const KIND: &'static str = EFFECT_KIND;
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        self.started.fire(()).await;
+        cx.lease_lost().await;
+        let refused = match cx.begin().await {
+            Ok(_) => false,
+            Err(e) => e.is_lease_lost(),
+        };
+        self.refused.fire(refused && cx.is_lease_lost()).await;
+        Ok(())
+    }
+}
+
+/// The heartbeat tells a handler whose job was reclaimed that its lease is lost.
+async fn heartbeat_tells_a_stale_handler(db: &TestDb) {
+    let frozen = db_clock(db).await;
+    let moving = Arc::new(ManualClock::new(frozen.get()));
+    let idem_a = client(db, Some(Arc::new(frozen)));
+    let idem_b = client(db, Some(moving.clone()));
+    create_effect_table(&idem_b).await;
+    let job = idem_b
+        .enqueue(Job::new(EFFECT_KIND, serde_json::json!({})).queue("fence"))
+        .await
+        .unwrap();
+    let (started, started_rx) = Once::new();
+    let (refused, refused_rx) = Once::new();
+    let cfg = config("fence", 1).lease(Duration::from_millis(300));
+    let mut a = idem_a.worker(cfg).unwrap();
+    a.register(WaitsForLoss { started, refused }).unwrap();
+    let a = a.start();
+    within(30, "A starts", started_rx).await.unwrap();
+    moving.advance(Duration::from_secs(31));
+    assert_eq!(idem_b.rescue().await.unwrap().len(), 1);
+    let (done, done_rx) = Once::new();
+    let mut b = idem_b.worker(config("fence", 1)).unwrap();
+    b.register(WriteEffect { worker: "B", done }).unwrap();
+    let b = b.start();
+    within(30, "B completes", done_rx).await.unwrap();
+    let refused = within(30, "A hears of the loss", refused_rx).await.unwrap();
+    assert!(refused, "A learns of the loss and its write is refused");
+    within(30, "A shuts down", a.shutdown()).await;
+    within(30, "B shuts down", b.shutdown()).await;
+    assert_eq!(effects(&idem_b).await.len(), 1);
+    assert_eq!(
+        common::job(&idem_b, job.id).await.state,
+        JobState::Completed
+    );
+}
+
 idem_store_tests::store_cases!(
+    heartbeat_tells_a_stale_handler,
     stale_worker_cannot_commit,
     cancel_fences_out_the_running_worker
 );
