@@ -9,9 +9,9 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptOutcome, Backend, JobCancel, JobClaim, JobComplete, JobFail, JobHeartbeat, JobInsert,
-    JobLock, JobRescue, JobRow, LeaseRenewal, LeaseToken, SqlValue, StoreError, StoreResult,
-    StoreTx, Timestamp,
+    AttemptOutcome, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail,
+    JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal, LeaseToken, SqlValue,
+    StoreError, StoreResult, StoreTx, Timestamp,
 };
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, SqlitePool, Transaction};
@@ -171,6 +171,29 @@ impl StoreTx for SqliteTx {
         })
         .await?;
         Ok(job)
+    }
+
+    async fn job_complete_many(&mut self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
+        if p.leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let leases = serde_json::to_string(&p.leases)
+            .map_err(|e| StoreError::Invalid(format!("cannot encode leases: {e}")))?;
+        let ids: Vec<i64> = sqlx::query_scalar(include_str!("../queries/job/complete_many.sql"))
+            .bind(leases)
+            .bind(p.now.map(ts_to_ms))
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        if !ids.is_empty() {
+            let json = serde_json::Value::from(ids.clone()).to_string();
+            sqlx::query(include_str!("../queries/job_attempt/insert_completed.sql"))
+                .bind(json)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(interpret_error)?;
+        }
+        Ok(ids)
     }
 
     async fn job_fail(&mut self, p: JobFail) -> StoreResult<JobRow> {

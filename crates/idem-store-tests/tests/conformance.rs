@@ -46,6 +46,7 @@ idem_store_tests::store_cases!(
     // job_finish: complete and fail
     complete_finishes_the_current_claim,
     complete_refuses_a_stale_fence,
+    complete_many_finishes_only_current_claims,
     complete_refuses_a_job_not_running,
     complete_refuses_after_cancel,
     fail_with_a_delay_makes_the_job_retryable,

@@ -221,6 +221,15 @@ pub struct JobComplete {
     pub now: Option<Timestamp>,
 }
 
+/// Complete many running jobs, each under its own current fence, in one statement.
+#[derive(Debug, Clone, Default)]
+pub struct JobCompleteMany {
+    /// The claims. Those no longer current are absent from the result.
+    pub leases: Vec<LeaseToken>,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
 /// Record a failed attempt under the current fence.
 #[derive(Debug, Clone)]
 pub struct JobFail {

@@ -11,8 +11,9 @@ use std::any::Any;
 use async_trait::async_trait;
 
 use crate::{
-    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobFail, JobHeartbeat, JobInsert,
-    JobList, JobRescue, JobRow, LeaseRenewal, QueueCount, SqlValue, StoreResult, Timestamp,
+    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat,
+    JobInsert, JobList, JobRescue, JobRow, LeaseRenewal, QueueCount, SqlValue, StoreResult,
+    Timestamp,
 };
 
 /// Runs `$op` on a fresh transaction and commits it.
@@ -78,6 +79,11 @@ pub trait Store: Send + Sync + 'static {
         in_tx!(self, job_complete, params)
     }
 
+    /// [`StoreTx::job_complete_many`] in its own transaction.
+    async fn job_complete_many(&self, params: JobCompleteMany) -> StoreResult<Vec<i64>> {
+        in_tx!(self, job_complete_many, params)
+    }
+
     /// [`StoreTx::job_fail`] in its own transaction.
     async fn job_fail(&self, params: JobFail) -> StoreResult<JobRow> {
         in_tx!(self, job_fail, params)
@@ -128,6 +134,11 @@ pub trait StoreTx: Send {
     /// Completes a running job under its current fence and records the attempt.
     /// [`crate::StoreError::LeaseLost`] when the claim is not current.
     async fn job_complete(&mut self, params: JobComplete) -> StoreResult<JobRow>;
+
+    /// Completes many running jobs, each under its own fence, in one statement, and
+    /// records their attempts in one more; returns the ids completed, in no particular
+    /// order. A lease absent from the result was not current: nothing was written for it.
+    async fn job_complete_many(&mut self, params: JobCompleteMany) -> StoreResult<Vec<i64>>;
 
     /// Records a failed attempt under the current fence: `retryable` at
     /// `now + retry_in_ms`, or `dead` when `retry_in_ms` is `None`.

@@ -43,6 +43,7 @@
 
 mod client;
 mod clock;
+mod completer;
 mod context;
 mod error;
 mod handler;

@@ -15,14 +15,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_store::{
-    JobClaim, JobComplete, JobFail, JobHeartbeat, JobRow, LeaseToken, StoreError, StoreResult,
-};
+use idem_store::{JobClaim, JobFail, JobHeartbeat, JobRow, LeaseToken, StoreError, StoreResult};
 use rand::Rng;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 
 use crate::client::Idem;
+use crate::completer::Completer;
 use crate::context::{JobContext, LeaseSignal};
 use crate::error::{IdemError, JobError, JobErrorKind};
 use crate::handler::{EffectClass, ErasedHandler, Handler, Registered};
@@ -259,7 +258,10 @@ impl Worker {
     pub fn start(self) -> WorkerHandle {
         let (stop_claims, claims_rx) = watch::channel(false);
         let (stop_upkeep, upkeep_rx) = watch::channel(false);
+        let (store, clock) = (self.idem.store.clone(), self.idem.clock.clone());
+        let (completer, completer_task) = Completer::start(store, clock, upkeep_rx.clone());
         let shared = Arc::new(Shared {
+            completer,
             idem: self.idem,
             config: self.config,
             name: self.name,
@@ -275,7 +277,10 @@ impl Worker {
             tasks.push(tokio::spawn(claim_loop(s, q, *concurrency, rx)));
         }
         tasks.push(tokio::spawn(rescue_loop(shared.clone(), claims_rx)));
-        let upkeep = vec![tokio::spawn(heartbeat_loop(shared.clone(), upkeep_rx))];
+        let upkeep = vec![
+            tokio::spawn(heartbeat_loop(shared.clone(), upkeep_rx)),
+            completer_task,
+        ];
         WorkerHandle {
             shared,
             claim_tasks: tasks,
@@ -343,6 +348,7 @@ impl WorkerHandle {
 
 struct Shared {
     idem: Idem,
+    completer: Completer,
     config: WorkerConfig,
     name: String,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
@@ -534,17 +540,13 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 /// Records the attempt's outcome under the claim's fence.
 async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) {
     let lease = job.lease_token();
-    let now = shared.idem.clock.now();
     let result = match outcome {
         Ok(true) => Ok(Finished::Completed),
-        Ok(false) => {
-            write_retrying(|| async {
-                let params = JobComplete { lease, now };
-                shared.idem.store.job_complete(params).await?;
-                Ok(Finished::Completed)
-            })
-            .await
-        }
+        Ok(false) => match shared.completer.complete(lease).await {
+            Ok(true) => Ok(Finished::Completed),
+            Ok(false) => Ok(Finished::LeaseLost),
+            Err(e) => Err(e),
+        },
         Err(e) if e.kind == JobErrorKind::LeaseLost => Ok(Finished::LeaseLost),
         Err(e) => fail(shared, job, e).await,
     };
@@ -603,7 +605,7 @@ async fn fail(shared: &Shared, job: &JobRow, e: JobError) -> StoreResult<Finishe
 }
 
 /// Retries a final write a few times while the store says retrying can help.
-async fn write_retrying<T, F, Fut>(mut op: F) -> StoreResult<T>
+pub(crate) async fn write_retrying<T, F, Fut>(mut op: F) -> StoreResult<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = StoreResult<T>>,

@@ -203,3 +203,66 @@ pub async fn fail_refuses_a_claim_not_current(db: &TestDb) {
     );
     assert_eq!(get(db, row.id).await, done);
 }
+
+/// `job_complete_many` completes every current claim in one call, records one
+/// `completed` attempt for each, and leaves out (and does not touch) claims that are not
+/// current: a stale fence, a cancelled job, a job never claimed.
+pub async fn complete_many_finishes_only_current_claims(db: &TestDb) {
+    let a = running(db, job_in("qa", "a"), t0()).await;
+    let b = running(db, job_in("qb", "b"), t0()).await;
+    let stale = reclaimed(db, job_in("qc", "c"), t0()).await;
+    let cancelled = running(db, job_in("qd", "d"), t0()).await;
+    cancel(db, cancelled.id, at(1)).await.expect("cancel");
+    let waiting = insert_one(db, job_in("qe", "e"), t0()).await;
+    let stale_lease = LeaseToken {
+        fence: 1,
+        ..stale.lease_token()
+    };
+    let untouched = [
+        get(db, stale.id).await,
+        get(db, cancelled.id).await,
+        waiting.clone(),
+    ];
+    let leases = vec![
+        a.lease_token(),
+        stale_lease,
+        b.lease_token(),
+        cancelled.lease_token(),
+        waiting.lease_token(),
+    ];
+    let params = idem_store::JobCompleteMany {
+        leases,
+        now: Some(at(7_000)),
+    };
+    let mut done = db
+        .store
+        .job_complete_many(params)
+        .await
+        .expect("complete many");
+    done.sort_unstable();
+    assert_eq!(done, vec![a.id, b.id]);
+    for j in [&a, &b] {
+        let row = get(db, j.id).await;
+        assert_eq!(
+            (row.state, row.finalized_at),
+            (JobState::Completed, Some(at(7_000)))
+        );
+        let expected = attempt_of(j, AttemptOutcome::Completed, None, at(7_000));
+        assert_eq!(attempts(db, j.id).await, vec![expected]);
+    }
+    for row in untouched {
+        assert_eq!(
+            get(db, row.id).await,
+            row,
+            "a claim not current is untouched"
+        );
+    }
+    let none = idem_store::JobCompleteMany::default();
+    assert!(
+        db.store
+            .job_complete_many(none)
+            .await
+            .expect("empty")
+            .is_empty()
+    );
+}

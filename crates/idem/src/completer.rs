@@ -1,0 +1,109 @@
+//! The batch completer: jobs whose handlers returned `Ok` without completing inside
+//! their own effect transaction are completed many at a time, one statement per batch.
+//!
+//! Batching is natural, not timed: the completer takes everything that is waiting when it
+//! becomes free, so an idle worker completes each job at once and a busy one completes
+//! hundreds per round trip. Each job's fence is still checked on its own, in the
+//! statement's `WHERE` clause; a claim that is no longer current is answered as lost.
+//! A job's slot stays held until its answer arrives, so the worker never holds more
+//! leases than its concurrency.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use idem_store::{JobCompleteMany, LeaseToken, Store, StoreResult};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::clock::Clock;
+
+/// Most jobs completed by one statement.
+pub const COMPLETE_BATCH: usize = 1000;
+
+/// One job waiting to be completed, with where to send the answer: `true` completed,
+/// `false` its claim was no longer current.
+type Pending = (LeaseToken, oneshot::Sender<StoreResult<bool>>);
+
+/// The handle jobs use to ask for completion.
+#[derive(Clone)]
+pub(crate) struct Completer {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl Completer {
+    /// Starts the completer task; it stops when `stop` turns true after the queue drained.
+    pub(crate) fn start(
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+        stop: watch::Receiver<bool>,
+    ) -> (Completer, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(store, clock, rx, stop));
+        (Completer { tx }, task)
+    }
+
+    /// Completes one job under its fence; `Ok(false)` when the claim was lost.
+    pub(crate) async fn complete(&self, lease: LeaseToken) -> StoreResult<bool> {
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send((lease, reply)).is_err() {
+            return Err(idem_store::StoreError::Unavailable(
+                "the worker's completer has stopped".into(),
+            ));
+        }
+        answer.await.unwrap_or_else(|_| {
+            Err(idem_store::StoreError::Unavailable(
+                "the worker's completer stopped before answering".into(),
+            ))
+        })
+    }
+}
+
+async fn run(
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    mut rx: mpsc::UnboundedReceiver<Pending>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let first = tokio::select! {
+            biased;
+            item = rx.recv() => match item {
+                Some(item) => item,
+                None => return,
+            },
+            _ = stop.changed() => return,
+        };
+        let mut batch = vec![first];
+        while batch.len() < COMPLETE_BATCH {
+            match rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(_) => break,
+            }
+        }
+        flush(store.as_ref(), clock.as_ref(), batch).await;
+    }
+}
+
+async fn flush(store: &dyn Store, clock: &dyn Clock, batch: Vec<Pending>) {
+    let leases: Vec<LeaseToken> = batch.iter().map(|(lease, _)| *lease).collect();
+    let result = crate::worker::write_retrying(|| {
+        let params = JobCompleteMany {
+            leases: leases.clone(),
+            now: clock.now(),
+        };
+        store.job_complete_many(params)
+    })
+    .await;
+    match result {
+        Ok(ids) => {
+            let done: HashSet<i64> = ids.into_iter().collect();
+            for (lease, reply) in batch {
+                let _ = reply.send(Ok(done.contains(&lease.job_id)));
+            }
+        }
+        Err(e) => {
+            for (_, reply) in batch {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
