@@ -7,13 +7,13 @@
 //! completed the job. The report counts what the fence refused along the way.
 
 use std::process::{ExitCode, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use idem::{EffectClass, Handler, Idem, Job, JobContext, JobError, SqlValue, Store, WorkerConfig};
-use idem_postgres::{PgOptions, PgStore};
+use idem::{EffectClass, Handler, Idem, Job, JobContext, JobError, SqlValue, WorkerConfig};
+
+use crate::scratch;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Deserialize;
 use tokio::process::{Child, Command};
@@ -145,71 +145,10 @@ pub async fn worker(args: DemoWorkerArgs, url: String) -> anyhow::Result<ExitCod
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where the demo's data lives, and how to clean it up.
-struct DemoDb {
-    idem: Idem,
-    url: String,
-    label: String,
-    cleanup: Cleanup,
-}
-
-enum Cleanup {
-    TempDir(tempfile::TempDir),
-    Schema(String),
-    Nothing,
-}
-
-async fn open_db(url: Option<String>) -> anyhow::Result<DemoDb> {
-    match url {
-        None => {
-            let dir = tempfile::Builder::new().prefix("idem-demo-").tempdir()?;
-            let url = format!("sqlite://{}", dir.path().join("demo.db").display());
-            let idem = Idem::connect(&url).await?;
-            let label = format!(
-                "SQLite, temporary file {}",
-                dir.path().join("demo.db").display()
-            );
-            Ok(DemoDb {
-                idem,
-                url,
-                label,
-                cleanup: Cleanup::TempDir(dir),
-            })
-        }
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            let schema = format!("idem_demo_{:08x}", rand::random::<u32>());
-            let options = PgOptions {
-                schema: Some(schema.clone()),
-                ..PgOptions::default()
-            };
-            let store = PgStore::connect(&url, options).await?;
-            store.migrate().await?;
-            let idem = Idem::from_store(Arc::new(store));
-            let child_url = idem_postgres::url_with_search_path(&url, &schema);
-            let label = format!("PostgreSQL, fresh schema {schema}");
-            Ok(DemoDb {
-                idem,
-                url: child_url,
-                label,
-                cleanup: Cleanup::Schema(schema),
-            })
-        }
-        Some(url) => {
-            let idem = Idem::connect(&url).await?;
-            Ok(DemoDb {
-                idem,
-                label: url.clone(),
-                url,
-                cleanup: Cleanup::Nothing,
-            })
-        }
-    }
-}
-
 /// `idem demo`.
 pub async fn run(args: DemoArgs, url: Option<String>) -> anyhow::Result<ExitCode> {
     args.validate()?;
-    let db = open_db(url)
+    let db = scratch::open(url, "demo", "")
         .await
         .context("cannot set up the demo database")?;
     println!(
@@ -228,32 +167,12 @@ pub async fn run(args: DemoArgs, url: Option<String>) -> anyhow::Result<ExitCode
     let chaos = chaos?;
     let verdict = verify(&db.idem, ids).await?;
     print_report(&args, &chaos, &reports, &verdict, started.elapsed());
-    finish(db, args.keep).await;
+    db.finish(args.keep).await;
     Ok(if verdict.ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
-}
-
-async fn finish(db: DemoDb, keep: bool) {
-    match db.cleanup {
-        Cleanup::Schema(schema) if !keep => {
-            let mut tx = match db.idem.begin().await {
-                Ok(tx) => tx,
-                Err(e) => return eprintln!("could not drop schema {schema}: {e}"),
-            };
-            let sql = format!("DROP SCHEMA {schema} CASCADE");
-            if let Err(e) = tx.execute(&sql, &[]).await {
-                return eprintln!("could not drop schema {schema}: {e}");
-            }
-            let _ = tx.commit().await;
-        }
-        Cleanup::Schema(schema) => println!("kept schema {schema}"),
-        Cleanup::TempDir(dir) if keep => println!("kept {}", dir.keep().display()),
-        Cleanup::TempDir(_) | Cleanup::Nothing => {}
-    }
-    db.idem.store().close().await;
 }
 
 async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {

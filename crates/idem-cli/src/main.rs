@@ -3,8 +3,10 @@
 //! Commands parse their input into the library's types and print results; all behaviour
 //! lives in the `idem` crate. `anyhow` is used here and nowhere else.
 
+mod bench;
 mod demo;
 mod ops;
+mod scratch;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +31,8 @@ struct Cli {
 enum Command {
     /// Run the demonstration: jobs, worker processes killed and paused, a verified report
     Demo(demo::DemoArgs),
+    /// Measure throughput, latency and memory against a ceiling measured in the same run
+    Bench(bench::BenchArgs),
     /// Apply pending migrations
     Migrate,
     /// Enqueue one job
@@ -70,6 +74,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     };
     match cli.command {
         Command::Demo(args) => demo::run(args, url).await,
+        Command::Bench(args) => bench::run(args, url).await,
         Command::DemoWorker(args) => demo::worker(args, db()).await,
         Command::Migrate => ops::migrate(&db()).await,
         Command::Enqueue(args) => ops::enqueue(&db(), args).await,

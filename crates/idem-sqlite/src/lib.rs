@@ -71,6 +71,9 @@ impl Default for SqliteOptions {
 }
 
 /// An idem store in one SQLite file.
+///
+/// The URL may carry `?synchronous=normal` (or `full`, the default) to choose the commit
+/// durability; other query parameters go to SQLite (`mode`, `vfs`, …).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     writer: SqlitePool,
@@ -115,7 +118,9 @@ fn connect_options(url: &str, options: &SqliteOptions) -> StoreResult<SqliteConn
             "{url:?} names no file; idem needs a durable SQLite file, e.g. sqlite://idem.db"
         )));
     }
-    let synchronous = match options.durability {
+    let (url, durability) = take_synchronous(url, options.durability)?;
+    let url = url.as_str();
+    let synchronous = match durability {
         Durability::Full => SqliteSynchronous::Full,
         Durability::Normal => SqliteSynchronous::Normal,
     };
@@ -126,6 +131,38 @@ fn connect_options(url: &str, options: &SqliteOptions) -> StoreResult<SqliteConn
         .synchronous(synchronous)
         .busy_timeout(options.busy_timeout)
         .foreign_keys(true))
+}
+
+/// Takes idem's own `synchronous=full|normal` parameter out of the URL (it overrides
+/// [`SqliteOptions::durability`]); the rest of the URL goes to the driver.
+fn take_synchronous(url: &str, default: Durability) -> StoreResult<(String, Durability)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), default));
+    };
+    let mut durability = default;
+    let mut kept = Vec::new();
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        match param.split_once('=') {
+            Some(("synchronous", value)) => {
+                durability = match value.to_ascii_lowercase().as_str() {
+                    "full" => Durability::Full,
+                    "normal" => Durability::Normal,
+                    other => {
+                        return Err(StoreError::Config(format!(
+                            "synchronous={other} in {url:?} is not supported; use \
+                             synchronous=full (the default) or synchronous=normal"
+                        )));
+                    }
+                }
+            }
+            _ => kept.push(param),
+        }
+    }
+    let url = match kept.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", kept.join("&")),
+    };
+    Ok((url, durability))
 }
 
 fn open_error(url: &str, e: sqlx::Error) -> StoreError {
@@ -209,5 +246,30 @@ impl Store for SqliteStore {
     async fn close(&self) {
         self.writer.close().await;
         self.reader.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synchronous_comes_out_of_the_url() {
+        let (url, d) =
+            take_synchronous("sqlite://a.db?synchronous=NORMAL", Durability::Full).expect("parsed");
+        assert_eq!((url.as_str(), d), ("sqlite://a.db", Durability::Normal));
+        let (url, d) = take_synchronous(
+            "sqlite://a.db?mode=rwc&synchronous=full",
+            Durability::Normal,
+        )
+        .expect("parsed");
+        assert_eq!(
+            (url.as_str(), d),
+            ("sqlite://a.db?mode=rwc", Durability::Full)
+        );
+        let (url, d) = take_synchronous("sqlite://a.db", Durability::Normal).expect("parsed");
+        assert_eq!((url.as_str(), d), ("sqlite://a.db", Durability::Normal));
+        let err = take_synchronous("sqlite://a.db?synchronous=off", Durability::Full).unwrap_err();
+        assert!(err.to_string().contains("synchronous=off"), "{err}");
     }
 }

@@ -1,0 +1,194 @@
+//! `idem bench`: throughput, latency and memory of the engine, each throughput figure
+//! beside a ceiling measured in the same run.
+//!
+//! The ceiling issues the same store operations (the same SQL statements) one after
+//! another in a tight loop, with no worker, no handler dispatch and no task runtime: what
+//! the database and driver give when the engine adds nothing. The ratio engine/ceiling is
+//! the engine's cost. Every scenario runs on its own queue of a scratch database (a
+//! temporary SQLite file, or a fresh PostgreSQL schema dropped afterwards).
+
+mod report;
+mod scenarios;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use crate::scratch;
+
+/// One benchmark scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scenario {
+    /// Enqueue one job per transaction.
+    Enqueue,
+    /// Enqueue many jobs per statement.
+    Bulk,
+    /// Drain no-op jobs already enqueued.
+    Drain,
+    /// Each job opens its fenced transaction, writes an effect row, completes in it.
+    Fenced,
+    /// Enqueue-to-start latency at a fixed offered load on an idle queue.
+    Latency,
+    /// Resident memory with many concurrent sleeping jobs.
+    Rss,
+}
+
+/// Arguments of `idem bench`.
+#[derive(Args, Clone, Serialize)]
+pub struct BenchArgs {
+    /// Scenarios to run, comma-separated
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Enqueue, Scenario::Bulk, Scenario::Drain, Scenario::Fenced, Scenario::Latency, Scenario::Rss])]
+    pub scenarios: Vec<Scenario>,
+    /// Jobs per throughput scenario (bulk, drain, fenced)
+    #[arg(long, default_value_t = 20_000)]
+    pub jobs: usize,
+    /// Jobs in the one-per-transaction enqueue scenario
+    #[arg(long, default_value_t = 2_000)]
+    pub single_jobs: usize,
+    /// Jobs per statement in the bulk enqueue scenario
+    #[arg(long, default_value_t = 1_000)]
+    pub bulk_batch: usize,
+    /// Worker concurrency (jobs at once) in drain and fenced
+    #[arg(long, default_value_t = 200)]
+    pub concurrency: usize,
+    /// Most jobs per claim statement
+    #[arg(long, default_value_t = 200)]
+    pub claim_batch: usize,
+    /// SQLite commit durability: full or normal
+    #[arg(long, default_value = "full")]
+    pub synchronous: String,
+    /// Offered load of the latency scenario, jobs per second
+    #[arg(long, default_value_t = 200)]
+    pub rate: u32,
+    /// Length of the latency scenario, seconds
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Concurrent sleeping jobs in the memory scenario
+    #[arg(long, default_value_t = 1_000)]
+    pub sleepers: usize,
+    /// Finished jobs to put in history before the scenarios run
+    #[arg(long, default_value_t = 0)]
+    pub history: u64,
+    /// Print JSON instead of tables
+    #[arg(long)]
+    pub json: bool,
+    /// Tiny sizes: checks that every scenario runs (for CI); the figures mean nothing
+    #[arg(long)]
+    pub smoke: bool,
+    /// Keep the scratch database afterwards
+    #[arg(long)]
+    pub keep: bool,
+}
+
+impl BenchArgs {
+    fn validate(&mut self) -> anyhow::Result<()> {
+        if self.smoke {
+            self.jobs = 200;
+            self.single_jobs = 50;
+            self.bulk_batch = 50;
+            self.seconds = 1;
+            self.rate = 50;
+            self.sleepers = 50;
+            self.history = self.history.min(1_000);
+        }
+        let sync = self.synchronous.to_ascii_lowercase();
+        if sync != "full" && sync != "normal" {
+            bail!(
+                "--synchronous is {:?}; use full or normal",
+                self.synchronous
+            );
+        }
+        self.synchronous = sync;
+        for (name, v, max) in [
+            ("--jobs", self.jobs, 10_000_000),
+            ("--single-jobs", self.single_jobs, 1_000_000),
+            ("--bulk-batch", self.bulk_batch, 10_000),
+            ("--concurrency", self.concurrency, 10_000),
+            ("--claim-batch", self.claim_batch, 10_000),
+            ("--sleepers", self.sleepers, 100_000),
+        ] {
+            if !(1..=max).contains(&v) {
+                bail!("{name} is {v}; use 1 to {max}");
+            }
+        }
+        if self.rate == 0 || self.seconds == 0 {
+            bail!("--rate and --seconds must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+/// `idem bench`.
+pub async fn run(mut args: BenchArgs, url: Option<String>) -> anyhow::Result<ExitCode> {
+    args.validate()?;
+    let query = format!("?synchronous={}", args.synchronous);
+    let db = scratch::open(url, "bench", &query).await?;
+    let bar = progress(&args);
+    let mut results = Vec::new();
+    if args.history > 0 {
+        bar.set_message(format!(
+            "filling history with {} finished jobs",
+            args.history
+        ));
+        scenarios::fill_history(&db, args.history).await?;
+    }
+    for scenario in args.scenarios.clone() {
+        bar.set_message(format!("{scenario:?}").to_lowercase());
+        let outcome = scenarios::run(&db, &args, scenario).await;
+        bar.inc(1);
+        match outcome {
+            Ok(mut r) => results.append(&mut r),
+            Err(e) => {
+                bar.abandon();
+                db.finish(args.keep).await;
+                return Err(e.context(format!("scenario {scenario:?} failed")));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let backend = db.idem.store().backend();
+    let label = db.label.clone();
+    db.finish(args.keep).await;
+    report::print(&args, backend, &label, &results)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn progress(args: &BenchArgs) -> ProgressBar {
+    let bar = ProgressBar::new(args.scenarios.len() as u64);
+    let style = ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} scenarios: {msg}",
+    )
+    .expect("valid progress template");
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(120));
+    bar
+}
+
+/// One measured figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    /// Which scenario.
+    pub scenario: Scenario,
+    /// What is measured, e.g. `jobs/s`.
+    pub metric: String,
+    /// The engine's figure.
+    pub value: f64,
+    /// The unit.
+    pub unit: &'static str,
+    /// The same statements in a tight loop without the engine, when meaningful.
+    pub ceiling: Option<f64>,
+    /// What the figure counts, for the reader.
+    pub note: String,
+}
+
+impl Figure {
+    /// The engine's share of the ceiling.
+    pub fn ratio(&self) -> Option<f64> {
+        self.ceiling.filter(|c| *c > 0.0).map(|c| self.value / c)
+    }
+}

@@ -1,0 +1,499 @@
+//! The scenarios of `idem bench`: each runs the engine, then (for throughput) the same
+//! store operations in a tight loop without the engine, on queues of its own.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use idem::{
+    Backend, EffectClass, Handler, Idem, Job, JobContext, JobError, SqlValue, Store, WorkerConfig,
+    WorkerHandle,
+};
+use idem_store::{JobClaim, JobComplete, JobCompleteMany, JobInsert, JobLock, NewJob};
+use serde::de::IgnoredAny;
+use tokio::sync::{Notify, watch};
+
+use super::{BenchArgs, Figure, Scenario};
+use crate::scratch::Scratch;
+
+const KIND: &str = "bench";
+const SEED_BATCH: usize = 1_000;
+const LEASE_MS: i64 = 30_000;
+const EFFECT_TABLE: &str =
+    "CREATE TABLE IF NOT EXISTS bench_effect (job_id BIGINT NOT NULL, fence BIGINT NOT NULL)";
+const EFFECT_INSERT: &str = "INSERT INTO bench_effect (job_id, fence) VALUES ($1, $2)";
+
+/// Runs one scenario.
+pub async fn run(db: &Scratch, args: &BenchArgs, s: Scenario) -> anyhow::Result<Vec<Figure>> {
+    match s {
+        Scenario::Enqueue => enqueue(db, args.single_jobs, 1, Scenario::Enqueue).await,
+        Scenario::Bulk => enqueue(db, args.jobs, args.bulk_batch, Scenario::Bulk).await,
+        Scenario::Drain => drain(db, args).await,
+        Scenario::Fenced => fenced(db, args).await,
+        Scenario::Latency => latency(db, args).await,
+        Scenario::Rss => rss(db, args).await,
+    }
+}
+
+fn new_job(queue: &str, i: usize) -> NewJob {
+    NewJob {
+        kind: KIND.to_owned(),
+        queue: queue.to_owned(),
+        args: serde_json::json!({ "i": i }),
+        priority: 0,
+        run_at: None,
+        max_attempts: 1,
+    }
+}
+
+fn per_second(n: usize, elapsed: Duration) -> f64 {
+    n as f64 / elapsed.as_secs_f64().max(1e-9)
+}
+
+fn figure(scenario: Scenario, metric: &str, value: f64, unit: &'static str) -> Figure {
+    Figure {
+        scenario,
+        metric: metric.to_owned(),
+        value,
+        unit,
+        ceiling: None,
+        note: String::new(),
+    }
+}
+
+/// Enqueues `n` jobs `batch` per call through the client, then through the store alone.
+async fn enqueue(db: &Scratch, n: usize, batch: usize, s: Scenario) -> anyhow::Result<Vec<Figure>> {
+    let (q_engine, q_ceiling) = (format!("{s:?}-engine"), format!("{s:?}-ceiling"));
+    let started = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(batch) {
+        let jobs = chunk
+            .iter()
+            .map(|i| Job::new(KIND, serde_json::json!({ "i": i })).queue(&q_engine))
+            .collect();
+        db.idem.enqueue_many(jobs).await?;
+    }
+    let engine = per_second(n, started.elapsed());
+    let started = Instant::now();
+    for chunk in (0..n).collect::<Vec<_>>().chunks(batch) {
+        let jobs = chunk.iter().map(|i| new_job(&q_ceiling, *i)).collect();
+        db.idem
+            .store()
+            .job_insert(JobInsert { jobs, now: None })
+            .await?;
+    }
+    let ceiling = per_second(n, started.elapsed());
+    let mut f = figure(s, "enqueue rate", engine, "jobs/s");
+    f.ceiling = Some(ceiling);
+    f.note = format!("{n} jobs, {batch} per statement, one producer");
+    Ok(vec![f])
+}
+
+/// Inserts `n` jobs into `queue`, untimed.
+async fn seed(store: &dyn Store, queue: &str, n: usize) -> anyhow::Result<()> {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(SEED_BATCH) {
+        let jobs = chunk.iter().map(|i| new_job(queue, *i)).collect();
+        store.job_insert(JobInsert { jobs, now: None }).await?;
+    }
+    Ok(())
+}
+
+/// Completes every job at once, doing nothing.
+struct NoOp;
+
+impl Handler for NoOp {
+    const KIND: &'static str = KIND;
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = IgnoredAny;
+
+    async fn run(&self, _: &mut JobContext, _: IgnoredAny) -> Result<(), JobError> {
+        Ok(())
+    }
+}
+
+/// Writes one effect row and completes in the job's fenced transaction.
+struct FencedEffect;
+
+impl Handler for FencedEffect {
+    const KIND: &'static str = KIND;
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = IgnoredAny;
+
+    async fn run(&self, cx: &mut JobContext, _: IgnoredAny) -> Result<(), JobError> {
+        let lease = cx.lease();
+        let mut tx = cx.begin().await?;
+        tx.execute(EFFECT_INSERT, &[lease.job_id.into(), lease.fence.into()])
+            .await?;
+        tx.complete().await?;
+        Ok(())
+    }
+}
+
+fn worker_config(queue: &str, concurrency: usize, claim_batch: usize) -> WorkerConfig {
+    let mut c = WorkerConfig::default().only_queue(queue, concurrency);
+    c.claim_batch = claim_batch;
+    c.poll_interval = Duration::from_millis(10);
+    c
+}
+
+/// Waits until the worker has completed `n` jobs; returns when that happened.
+async fn until_completed(h: &WorkerHandle, n: usize) -> anyhow::Result<Instant> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let r = h.report();
+        if r.completed as usize >= n {
+            return Ok(Instant::now());
+        }
+        if r.dead + r.retried > 0 || Instant::now() > deadline {
+            bail!("the worker did not complete the jobs: {r:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Runs a worker with `handler` over `n` seeded jobs on a store of its own; jobs/s.
+async fn engine_rate<H: Handler>(
+    db: &Scratch,
+    args: &BenchArgs,
+    queue: &str,
+    handler: H,
+) -> anyhow::Result<f64> {
+    let store = idem::connect_store(&db.url).await?;
+    seed(store.as_ref(), queue, args.jobs).await?;
+    let idem = Idem::from_store(store.clone());
+    let mut w = idem.worker(worker_config(queue, args.concurrency, args.claim_batch))?;
+    w.register(handler)?;
+    let started = Instant::now();
+    let h = w.start();
+    let done = until_completed(&h, args.jobs).await;
+    h.shutdown().await;
+    store.close().await;
+    Ok(per_second(args.jobs, done? - started))
+}
+
+/// Drains no-op jobs through a worker, then by claim + complete-many in a tight loop.
+async fn drain(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
+    let pg = db.idem.store().backend() == Backend::Postgres;
+    if pg {
+        db.idem.store().query("SELECT 1", &[]).await?;
+        set_autovacuum(db, false).await?;
+    }
+    let dead_before = if pg { dead_tuples(db).await? } else { 0 };
+    let engine = engine_rate(db, args, "drain-engine", NoOp).await?;
+    let mut out = Vec::new();
+    if pg {
+        tokio::time::sleep(Duration::from_millis(700)).await; // closed backends flush their stats
+        let dead = dead_tuples(db).await? - dead_before;
+        let mut f = figure(
+            Scenario::Drain,
+            "dead tuples per job (idem_job)",
+            dead as f64 / args.jobs as f64,
+            "tuples",
+        );
+        f.note = "autovacuum off on the scratch tables during the run".into();
+        out.push(f);
+    }
+    let queue = "drain-ceiling";
+    seed(db.idem.store().as_ref(), queue, args.jobs).await?;
+    let started = Instant::now();
+    loop {
+        let jobs = db
+            .idem
+            .store()
+            .job_claim(claim(queue, args.claim_batch))
+            .await?;
+        if jobs.is_empty() {
+            break;
+        }
+        let leases = jobs.iter().map(|j| j.lease_token()).collect();
+        db.idem
+            .store()
+            .job_complete_many(JobCompleteMany { leases, now: None })
+            .await?;
+    }
+    let mut f = figure(Scenario::Drain, "drain rate", engine, "jobs/s");
+    f.ceiling = Some(per_second(args.jobs, started.elapsed()));
+    f.note = format!(
+        "{} no-op jobs; concurrency {}, claim batch {}",
+        args.jobs, args.concurrency, args.claim_batch
+    );
+    out.insert(0, f);
+    if pg {
+        set_autovacuum(db, true).await?;
+    }
+    Ok(out)
+}
+
+fn claim(queue: &str, limit: usize) -> JobClaim {
+    JobClaim {
+        queue: queue.to_owned(),
+        limit: u32::try_from(limit).unwrap_or(u32::MAX),
+        lease_ms: LEASE_MS,
+        worker: "bench-ceiling".to_owned(),
+        now: None,
+    }
+}
+
+/// The fenced-transaction path through a worker, then the same statements in a loop.
+async fn fenced(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
+    let mut tx = db.idem.begin().await?;
+    tx.execute(EFFECT_TABLE, &[]).await?;
+    tx.commit().await?;
+    let engine = engine_rate(db, args, "fenced-engine", FencedEffect).await?;
+    let queue = "fenced-ceiling";
+    let store = db.idem.store();
+    seed(store.as_ref(), queue, args.jobs).await?;
+    let started = Instant::now();
+    loop {
+        let jobs = store.job_claim(claim(queue, args.claim_batch)).await?;
+        if jobs.is_empty() {
+            break;
+        }
+        for job in jobs {
+            let lease = job.lease_token();
+            let mut tx = store.begin().await?;
+            tx.job_lock(JobLock { lease }).await?;
+            tx.execute(EFFECT_INSERT, &[lease.job_id.into(), lease.fence.into()])
+                .await?;
+            tx.job_complete(JobComplete { lease, now: None }).await?;
+            tx.commit().await?;
+        }
+    }
+    let mut f = figure(
+        Scenario::Fenced,
+        "fenced-transaction rate",
+        engine,
+        "jobs/s",
+    );
+    f.ceiling = Some(per_second(args.jobs, started.elapsed()));
+    f.note = format!(
+        "{} jobs: fence check, one effect row, completion, commit",
+        args.jobs
+    );
+    Ok(vec![f])
+}
+
+#[derive(serde::Deserialize)]
+struct Sent {
+    sent_ns: u64,
+}
+
+/// Records how long after its enqueue call each job started.
+struct Timed {
+    base: Instant,
+    samples: Arc<Mutex<Vec<u64>>>,
+    total: usize,
+    all: Arc<Notify>,
+}
+
+impl Handler for Timed {
+    const KIND: &'static str = KIND;
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = Sent;
+
+    async fn run(&self, _: &mut JobContext, args: Sent) -> Result<(), JobError> {
+        let now = self.base.elapsed().as_nanos() as u64;
+        let mut s = self.samples.lock().expect("samples lock");
+        s.push(now.saturating_sub(args.sent_ns) / 1_000);
+        if s.len() == self.total {
+            self.all.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// Enqueue-to-start latency at `rate` jobs/s on an idle queue.
+async fn latency(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
+    let queue = "latency";
+    let total = (args.rate as u64 * args.seconds) as usize;
+    let (base, samples, all) = (
+        Instant::now(),
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Notify::new()),
+    );
+    let mut w = db
+        .idem
+        .worker(WorkerConfig::default().only_queue(queue, 50))?;
+    w.register(Timed {
+        base,
+        samples: samples.clone(),
+        total,
+        all: all.clone(),
+    })?;
+    let h = w.start();
+    let period = Duration::from_secs_f64(1.0 / f64::from(args.rate));
+    for i in 0..total {
+        tokio::time::sleep_until((base + period * i as u32).into()).await;
+        let sent_ns = base.elapsed().as_nanos() as u64;
+        db.idem
+            .enqueue(Job::new(KIND, serde_json::json!({ "sent_ns": sent_ns })).queue(queue))
+            .await?;
+    }
+    tokio::time::timeout(Duration::from_secs(60), all.notified())
+        .await
+        .context("latency jobs did not all start")?;
+    h.shutdown().await;
+    let mut s = samples.lock().expect("samples lock").clone();
+    s.sort_unstable();
+    let pick =
+        |q: f64| s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1] as f64 / 1_000.0;
+    let note = format!(
+        "{total} jobs at {} jobs/s; from the enqueue call to the handler's start",
+        args.rate
+    );
+    Ok([("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]
+        .into_iter()
+        .map(|(name, q)| {
+            let mut f = figure(
+                Scenario::Latency,
+                &format!("enqueue-to-start {name}"),
+                pick(q),
+                "ms",
+            );
+            f.note = note.clone();
+            f
+        })
+        .collect())
+}
+
+/// Holds every job until released.
+struct Sleeper {
+    started: AtomicUsize,
+    total: usize,
+    all: Arc<Notify>,
+    release: watch::Receiver<bool>,
+}
+
+impl Handler for Sleeper {
+    const KIND: &'static str = KIND;
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = IgnoredAny;
+
+    async fn run(&self, _: &mut JobContext, _: IgnoredAny) -> Result<(), JobError> {
+        if self.started.fetch_add(1, Ordering::AcqRel) + 1 == self.total {
+            self.all.notify_one();
+        }
+        let mut release = self.release.clone();
+        let _ = release.wait_for(|r| *r).await;
+        Ok(())
+    }
+}
+
+/// Resident memory of this process with `sleepers` jobs running at once.
+async fn rss(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
+    let queue = "rss";
+    seed(db.idem.store().as_ref(), queue, args.sleepers).await?;
+    let before = rss_mb()?;
+    let (all, (release_tx, release)) = (Arc::new(Notify::new()), watch::channel(false));
+    let cfg = worker_config(queue, args.sleepers, args.claim_batch);
+    let mut w = db.idem.worker(cfg)?;
+    w.register(Sleeper {
+        started: AtomicUsize::new(0),
+        total: args.sleepers,
+        all: all.clone(),
+        release,
+    })?;
+    let h = w.start();
+    tokio::time::timeout(Duration::from_secs(120), all.notified())
+        .await
+        .context("sleepers did not all start")?;
+    let during = rss_mb()?;
+    release_tx.send(true)?;
+    until_completed(&h, args.sleepers).await?;
+    h.shutdown().await;
+    let mut f = figure(Scenario::Rss, "resident memory", during, "MB");
+    f.note = format!(
+        "{} jobs sleeping at once in this process ({before:.1} MB before they started)",
+        args.sleepers
+    );
+    Ok(vec![f])
+}
+
+fn rss_mb() -> anyhow::Result<f64> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").context("cannot read /proc/self/status")?;
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .context("no VmRSS in /proc/self/status")?;
+    Ok(kb / 1024.0)
+}
+
+async fn scalar(db: &Scratch, sql: &str) -> anyhow::Result<i64> {
+    match db
+        .idem
+        .store()
+        .query(sql, &[])
+        .await?
+        .first()
+        .and_then(|r| r.first())
+    {
+        Some(SqlValue::Int(n)) => Ok(*n),
+        other => bail!("unexpected {other:?} from {sql}"),
+    }
+}
+
+async fn dead_tuples(db: &Scratch) -> anyhow::Result<i64> {
+    scalar(
+        db,
+        "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables \
+                WHERE relname = 'idem_job' AND schemaname = current_schema()",
+    )
+    .await
+}
+
+async fn set_autovacuum(db: &Scratch, on: bool) -> anyhow::Result<()> {
+    let mut tx = db.idem.begin().await?;
+    for table in ["idem_job", "idem_job_attempt"] {
+        tx.execute(
+            &format!("ALTER TABLE {table} SET (autovacuum_enabled = {on})"),
+            &[],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Puts `n` finished jobs (with their attempt rows) into history, in chunks.
+pub async fn fill_history(db: &Scratch, n: u64) -> anyhow::Result<()> {
+    let (jobs, attempts) = match db.idem.store().backend() {
+        Backend::Sqlite => (
+            "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < $1) \
+             INSERT INTO idem_job (kind, queue, args, priority, state, attempt, max_attempts, run_at, \
+             fence, created_at, attempted_at, finalized_at) \
+             SELECT 'history', 'history', '{}', 0, 'completed', 1, 1, t, 1, t, t, t \
+             FROM s, (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) AS t)",
+            "INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, started_at, finished_at) \
+             SELECT id, 1, 1, 'completed', attempted_at, finalized_at FROM idem_job \
+             WHERE queue = 'history' AND id > $1",
+        ),
+        Backend::Postgres => (
+            "INSERT INTO idem_job (kind, queue, args, priority, state, attempt, max_attempts, run_at, \
+             fence, created_at, attempted_at, finalized_at) \
+             SELECT 'history', 'history', '{}'::jsonb, 0, 'completed', 1, 1, now(), 1, now(), now(), now() \
+             FROM generate_series(1, $1::bigint)",
+            "INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, started_at, finished_at) \
+             SELECT id, 1, 1, 'completed', attempted_at, finalized_at FROM idem_job \
+             WHERE queue = 'history' AND id > $1",
+        ),
+    };
+    let mut left = n;
+    while left > 0 {
+        let chunk = left.min(100_000);
+        let before = scalar(db, "SELECT coalesce(max(id), 0) FROM idem_job").await?;
+        let mut tx = db.idem.begin().await?;
+        tx.execute(jobs, &[(chunk as i64).into()]).await?;
+        tx.execute(attempts, &[before.into()]).await?;
+        tx.commit().await?;
+        left -= chunk;
+    }
+    if db.idem.store().backend() == Backend::Postgres {
+        let mut tx = db.idem.begin().await?;
+        tx.execute("ANALYZE idem_job", &[]).await?;
+        tx.execute("ANALYZE idem_job_attempt", &[]).await?;
+        tx.commit().await?;
+    }
+    Ok(())
+}
