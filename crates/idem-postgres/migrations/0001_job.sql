@@ -34,8 +34,13 @@ CREATE INDEX idem_job_claim ON idem_job (queue, priority, run_at, id)
 -- The rescuer's scan for expired leases.
 CREATE INDEX idem_job_lease ON idem_job (lease_expires_at) WHERE state = 'running';
 
--- Listing by state, and purging finished jobs by range.
-CREATE INDEX idem_job_state ON idem_job (state, id);
+-- Listing the states an operator looks for among millions of finished jobs. Partial, so
+-- the hot transitions (available → running → completed) never touch it; listings of other
+-- states use the claim index (available, scheduled, retryable), the lease index
+-- (running) or the primary key (completed, most rows).
+CREATE INDEX idem_job_state ON idem_job (state, id) WHERE state IN ('dead', 'cancelled');
+
+-- Purging finished jobs by range.
 CREATE INDEX idem_job_finalized ON idem_job (finalized_at) WHERE finalized_at IS NOT NULL;
 
 -- One row per finished attempt; a claim (job, fence) finishes at most once.

@@ -20,6 +20,7 @@
 mod error;
 mod migrate;
 mod row;
+mod single;
 mod tx;
 mod value;
 
@@ -28,8 +29,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptRow, Backend, JobList, JobRow, QueueCount, SqlValue, Store, StoreError, StoreResult,
-    StoreTx, Timestamp,
+    AttemptRow, Backend, JobClaim, JobCompleteMany, JobHeartbeat, JobInsert, JobList, JobRow,
+    LeaseRenewal, QueueCount, SqlValue, Store, StoreError, StoreResult, StoreTx, Timestamp,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -136,6 +137,7 @@ impl PgStore {
         };
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections)
+            .test_before_acquire(false)
             .acquire_timeout(CONNECT_TIMEOUT)
             .connect_lazy_with(connect);
         Ok(PgStore { pool })
@@ -308,6 +310,25 @@ impl Store for PgStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    // The one-statement operations run straight on the pool: the statement is its own
+    // transaction, one round trip instead of three.
+
+    async fn job_insert(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+        single::job_insert(&self.pool, p).await
+    }
+
+    async fn job_claim(&self, p: JobClaim) -> StoreResult<Vec<JobRow>> {
+        single::job_claim(&self.pool, p).await
+    }
+
+    async fn job_heartbeat(&self, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
+        single::job_heartbeat(&self.pool, p).await
+    }
+
+    async fn job_complete_many(&self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
+        single::job_complete_many(&self.pool, p).await
     }
 }
 

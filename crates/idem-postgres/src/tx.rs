@@ -11,7 +11,6 @@
 use std::any::Any;
 
 use async_trait::async_trait;
-use chrono::SecondsFormat;
 use idem_store::{
     AttemptOutcome, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail,
     JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal, LeaseToken, SqlValue,
@@ -22,6 +21,7 @@ use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::error::interpret_error;
 use crate::row;
+use crate::single;
 use crate::value;
 
 /// An open transaction on a PostgreSQL store.
@@ -86,24 +86,6 @@ struct AttemptRecord<'a> {
     only_if_state: Option<&'static str>,
 }
 
-/// The batch as one JSON array for `jsonb_to_recordset`. `run_at` is written with
-/// microseconds, truncated, exactly as sqlx binds a timestamp, so a time round-trips the
-/// same whichever way it reaches the database.
-fn jobs_json(p: &JobInsert) -> String {
-    let items: Vec<serde_json::Value> = p
-        .jobs
-        .iter()
-        .map(|j| {
-            serde_json::json!({
-                "kind": j.kind, "queue": j.queue, "args": j.args, "priority": j.priority,
-                "run_at": j.run_at.map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true)),
-                "max_attempts": j.max_attempts,
-            })
-        })
-        .collect();
-    serde_json::Value::Array(items).to_string()
-}
-
 #[async_trait]
 impl StoreTx for PgTx {
     fn backend(&self) -> Backend {
@@ -119,39 +101,19 @@ impl StoreTx for PgTx {
     }
 
     async fn job_insert(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
-        if p.jobs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let q = sqlx::query(include_str!("../queries/job/insert.sql"))
-            .bind(jobs_json(&p))
-            .bind(p.now);
-        self.fetch_jobs(q).await
+        single::job_insert(&mut *self.tx, p).await
     }
 
     async fn job_claim(&mut self, p: JobClaim) -> StoreResult<Vec<JobRow>> {
-        let q = sqlx::query(include_str!("../queries/job/claim.sql"))
-            .bind(p.queue)
-            .bind(i64::from(p.limit))
-            .bind(p.worker)
-            .bind(p.lease_ms)
-            .bind(p.now);
-        self.fetch_jobs(q).await
+        single::job_claim(&mut *self.tx, p).await
     }
 
     async fn job_heartbeat(&mut self, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
-        if p.leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let leases = serde_json::to_string(&p.leases)
-            .map_err(|e| StoreError::Invalid(format!("cannot encode leases: {e}")))?;
-        let rows = sqlx::query(include_str!("../queries/job/heartbeat.sql"))
-            .bind(leases)
-            .bind(p.lease_ms)
-            .bind(p.now)
-            .fetch_all(&mut *self.tx)
-            .await
-            .map_err(interpret_error)?;
-        rows.iter().map(renewal).collect()
+        single::job_heartbeat(&mut *self.tx, p).await
+    }
+
+    async fn job_complete_many(&mut self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
+        single::job_complete_many(&mut *self.tx, p).await
     }
 
     async fn job_lock(&mut self, p: JobLock) -> StoreResult<JobRow> {
@@ -176,28 +138,6 @@ impl StoreTx for PgTx {
         })
         .await?;
         Ok(job)
-    }
-
-    async fn job_complete_many(&mut self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        if p.leases.is_empty() {
-            return Ok(Vec::new());
-        }
-        let leases = serde_json::to_string(&p.leases)
-            .map_err(|e| StoreError::Invalid(format!("cannot encode leases: {e}")))?;
-        let ids: Vec<i64> = sqlx::query_scalar(include_str!("../queries/job/complete_many.sql"))
-            .bind(leases)
-            .bind(p.now)
-            .fetch_all(&mut *self.tx)
-            .await
-            .map_err(interpret_error)?;
-        if !ids.is_empty() {
-            sqlx::query(include_str!("../queries/job_attempt/insert_completed.sql"))
-                .bind(&ids)
-                .execute(&mut *self.tx)
-                .await
-                .map_err(interpret_error)?;
-        }
-        Ok(ids)
     }
 
     async fn job_fail(&mut self, p: JobFail) -> StoreResult<JobRow> {
@@ -274,14 +214,6 @@ impl StoreTx for PgTx {
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
     }
-}
-
-fn renewal(r: &PgRow) -> StoreResult<LeaseRenewal> {
-    Ok(LeaseRenewal {
-        job_id: row::get(r, "id")?,
-        fence: row::get(r, "fence")?,
-        lease_expires_at: row::get(r, "lease_expires_at")?,
-    })
 }
 
 /// Why a cancel changed nothing: the job is missing or already finished.

@@ -12,12 +12,17 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use idem_store::{JobCompleteMany, LeaseToken, Store, StoreResult};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 
 use crate::clock::Clock;
 
 /// Most jobs completed by one statement.
 pub const COMPLETE_BATCH: usize = 1000;
+
+/// Completion statements in flight at once. While one batch waits for its commit to be
+/// flushed, the next can already be on its way, so a store whose commits wait for the
+/// disk can flush several together (PostgreSQL's group commit).
+pub const FLUSHES_IN_FLIGHT: usize = 4;
 
 /// One job waiting to be completed, with where to send the answer: `true` completed,
 /// `false` its claim was no longer current.
@@ -63,14 +68,20 @@ async fn run(
     mut rx: mpsc::UnboundedReceiver<Pending>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let in_flight = Arc::new(Semaphore::new(FLUSHES_IN_FLIGHT));
     loop {
+        let slot = in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
         let first = tokio::select! {
             biased;
             item = rx.recv() => match item {
                 Some(item) => item,
-                None => return,
+                None => break,
             },
-            _ = stop.changed() => return,
+            _ = stop.changed() => break,
         };
         let mut batch = vec![first];
         while batch.len() < COMPLETE_BATCH {
@@ -79,8 +90,14 @@ async fn run(
                 Err(_) => break,
             }
         }
-        flush(store.as_ref(), clock.as_ref(), batch).await;
+        let (store, clock) = (store.clone(), clock.clone());
+        tokio::spawn(async move {
+            flush(store.as_ref(), clock.as_ref(), batch).await;
+            drop(slot);
+        });
     }
+    // Let the flushes still in flight finish before the worker reports.
+    let _ = in_flight.acquire_many(FLUSHES_IN_FLIGHT as u32).await;
 }
 
 async fn flush(store: &dyn Store, clock: &dyn Clock, batch: Vec<Pending>) {

@@ -11,14 +11,16 @@
 //! heartbeat finds lost is flagged to the handler and its writes are refused by the store.
 
 use std::collections::{BTreeMap, HashMap};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt;
 use idem_store::{JobClaim, JobFail, JobHeartbeat, JobRow, LeaseToken, StoreError, StoreResult};
 use rand::Rng;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
-use tokio::task::{AbortHandle, JoinHandle};
+use tokio::task::JoinHandle;
 
 use crate::client::Idem;
 use crate::completer::Completer;
@@ -201,7 +203,6 @@ impl Stats {
 struct Held {
     fence: i64,
     lost: Arc<LeaseSignal>,
-    abort: Option<AbortHandle>,
 }
 
 /// A worker being configured; [`Worker::start`] runs it.
@@ -262,6 +263,7 @@ impl Worker {
         let (completer, completer_task) = Completer::start(store, clock, upkeep_rx.clone());
         let shared = Arc::new(Shared {
             completer,
+            abort: watch::channel(false).0,
             idem: self.idem,
             config: self.config,
             name: self.name,
@@ -349,6 +351,8 @@ impl WorkerHandle {
 struct Shared {
     idem: Idem,
     completer: Completer,
+    /// Turns true when running jobs must stop (shutdown past its deadline).
+    abort: watch::Sender<bool>,
     config: WorkerConfig,
     name: String,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
@@ -370,12 +374,7 @@ impl Shared {
     }
 
     fn abort_all(&self) {
-        let held = self.held.lock().expect("held lock poisoned");
-        for h in held.values() {
-            if let Some(a) = &h.abort {
-                a.abort();
-            }
-        }
+        self.abort.send_replace(true);
     }
 
     fn tokens(&self) -> Vec<LeaseToken> {
@@ -401,36 +400,61 @@ async fn claim_loop(
 ) {
     let slots = Arc::new(Semaphore::new(concurrency));
     let batch = shared.config.claim_batch.min(concurrency);
+    // After a claim that took all it asked for, the queue probably has more: wait for a
+    // quarter of a batch of free slots before claiming again, so that a saturated worker
+    // claims in batches rather than one job per completion.
+    let refill = (batch / 4).max(1);
+    let mut need = 1;
     while !*stop.borrow() {
-        let first = tokio::select! {
-            biased;
-            _ = stop.changed() => break,
-            p = slots.clone().acquire_owned() => p.expect("semaphore never closed"),
-        };
-        if *stop.borrow() {
+        let Some(permits) = take_slots(&slots, need, batch, &mut stop).await else {
             break;
-        }
-        let mut permits = vec![first];
-        while permits.len() < batch {
-            match slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
-            }
-        }
+        };
         let wake = shared.idem.wake.notified();
         tokio::pin!(wake);
         wake.as_mut().enable();
         let wanted = permits.len();
         let got = claim(&shared, &queue, permits).await;
         if got == wanted {
+            need = refill;
             continue;
         }
+        need = 1;
         tokio::select! {
             _ = wake => {},
             _ = tokio::time::sleep(shared.config.poll_interval) => {},
             _ = stop.changed() => {},
         }
     }
+}
+
+/// Waits for at least `need` free slots, then takes as many more as are free, up to
+/// `batch`, one permit each. `None` when the worker is stopping.
+async fn take_slots(
+    slots: &Arc<Semaphore>,
+    need: usize,
+    batch: usize,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Vec<OwnedSemaphorePermit>> {
+    let mut first = tokio::select! {
+        biased;
+        _ = stop.changed() => return None,
+        p = slots.clone().acquire_many_owned(need as u32) => p.expect("semaphore never closed"),
+    };
+    if *stop.borrow() {
+        return None;
+    }
+    let more = slots.available_permits().min(batch - need);
+    if more > 0
+        && let Ok(extra) = slots.clone().try_acquire_many_owned(more as u32)
+    {
+        first.merge(extra);
+    }
+    let mut permits = Vec::with_capacity(first.num_permits());
+    while first.num_permits() > 1 {
+        permits.extend(first.split(1));
+    }
+    permits.push(first);
+    Some(permits)
 }
 
 /// Claims up to `permits.len()` jobs and starts each with one permit; returns how many.
@@ -475,48 +499,42 @@ async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaphorePermit) 
 /// completed the job in its effect transaction.
 async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
     let lost = Arc::new(LeaseSignal::default());
-    shared.held.lock().expect("held lock poisoned").insert(
-        job.id,
-        Held {
-            fence: job.fence,
-            lost: lost.clone(),
-            abort: None,
-        },
-    );
+    let held = Held {
+        fence: job.fence,
+        lost: lost.clone(),
+    };
+    shared
+        .held
+        .lock()
+        .expect("held lock poisoned")
+        .insert(job.id, held);
     let Some(handler) = shared.handlers.get(&job.kind).cloned() else {
         return Err(JobError::retry(unknown_kind(shared, &job.kind)));
     };
     let (store, clock) = (shared.idem.store.clone(), shared.idem.clock.clone());
     let cx = JobContext::new(job.clone(), store, clock, lost);
-    let mut task = tokio::spawn(handler.call(cx, job.args.clone()));
-    if let Some(h) = shared
-        .held
-        .lock()
-        .expect("held lock poisoned")
-        .get_mut(&job.id)
-    {
-        h.abort = Some(task.abort_handle());
-    }
+    // The handler runs in this task: a panic is caught here, and the timeout and a
+    // shutdown past its deadline stop it by dropping its future (which rolls back an
+    // open effect transaction).
+    let run = AssertUnwindSafe(handler.call(cx, job.args.clone())).catch_unwind();
     let timeout = shared.config.job_timeout;
-    match tokio::time::timeout(timeout, &mut task).await {
-        Ok(Ok((cx, result))) => result.map(|()| cx.completed),
-        Ok(Err(e)) if e.is_panic() => {
-            Stats::add(&shared.stats.panicked, 1);
-            Err(JobError::retry(format!(
-                "handler panicked: {}",
-                panic_message(e.into_panic())
-            )))
-        }
-        Ok(Err(_)) => Err(JobError::retry(
+    let mut abort = shared.abort.subscribe();
+    tokio::select! {
+        out = tokio::time::timeout(timeout, run) => match out {
+            Ok(Ok((cx, result))) => result.map(|()| cx.completed),
+            Ok(Err(panic)) => {
+                Stats::add(&shared.stats.panicked, 1);
+                let msg = panic_message(panic);
+                Err(JobError::retry(format!("handler panicked: {msg}")))
+            }
+            Err(_) => {
+                Stats::add(&shared.stats.timed_out, 1);
+                Err(JobError::retry(format!("job timed out after {timeout:?} (job timeout)")))
+            }
+        },
+        _ = abort.wait_for(|a| *a) => Err(JobError::retry(
             "worker shut down before the job finished (shutdown timeout reached)",
         )),
-        Err(_) => {
-            task.abort();
-            Stats::add(&shared.stats.timed_out, 1);
-            Err(JobError::retry(format!(
-                "job timed out after {timeout:?} (job timeout)"
-            )))
-        }
     }
 }
 

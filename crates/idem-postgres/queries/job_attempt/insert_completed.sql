@@ -1,7 +1,0 @@
--- Records, in one statement, the completed attempt of every job in $1 (array of ids) that
--- job/complete_many.sql has just completed in this transaction.
--- PostgreSQL dialect: the ids arrive as a bigint array (SQLite: a JSON array).
-INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, error, started_at, finished_at)
-SELECT id, attempt, fence, 'completed', NULL, attempted_at, finalized_at
-FROM idem_job
-WHERE id = ANY($1::bigint[])

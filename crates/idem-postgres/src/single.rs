@@ -1,0 +1,117 @@
+//! The operations that are one statement each: insert, claim, heartbeat and
+//! complete-many. Each runs on any executor: inside a caller's transaction ([`crate::PgTx`])
+//! or straight on the pool, where the statement is its own transaction and costs one
+//! round trip instead of three (`BEGIN`, the statement, `COMMIT`). These are the hot
+//! path's statements.
+
+use chrono::SecondsFormat;
+use idem_store::{
+    JobClaim, JobCompleteMany, JobHeartbeat, JobInsert, JobRow, LeaseRenewal, StoreError,
+    StoreResult,
+};
+use sqlx::postgres::PgRow;
+use sqlx::{Executor, Postgres};
+
+use crate::error::interpret_error;
+use crate::row;
+
+/// The batch as one JSON array for `jsonb_to_recordset`. `run_at` is written with
+/// microseconds, truncated, exactly as sqlx binds a timestamp, so a time round-trips the
+/// same whichever way it reaches the database.
+fn jobs_json(p: &JobInsert) -> String {
+    let items: Vec<serde_json::Value> = p
+        .jobs
+        .iter()
+        .map(|j| {
+            serde_json::json!({
+                "kind": j.kind, "queue": j.queue, "args": j.args, "priority": j.priority,
+                "run_at": j.run_at.map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true)),
+                "max_attempts": j.max_attempts,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(items).to_string()
+}
+
+fn sorted_jobs(rows: Vec<PgRow>) -> StoreResult<Vec<JobRow>> {
+    let mut jobs = rows.iter().map(row::job).collect::<StoreResult<Vec<_>>>()?;
+    jobs.sort_by_key(|j| j.id);
+    Ok(jobs)
+}
+
+fn leases_json(leases: &[idem_store::LeaseToken]) -> StoreResult<String> {
+    serde_json::to_string(leases)
+        .map_err(|e| StoreError::Invalid(format!("cannot encode leases: {e}")))
+}
+
+pub(crate) async fn job_insert<'e, E>(ex: E, p: JobInsert) -> StoreResult<Vec<JobRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    if p.jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(include_str!("../queries/job/insert.sql"))
+        .bind(jobs_json(&p))
+        .bind(p.now)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    sorted_jobs(rows)
+}
+
+pub(crate) async fn job_claim<'e, E>(ex: E, p: JobClaim) -> StoreResult<Vec<JobRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../queries/job/claim.sql"))
+        .bind(p.queue)
+        .bind(i64::from(p.limit))
+        .bind(p.worker)
+        .bind(p.lease_ms)
+        .bind(p.now)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    sorted_jobs(rows)
+}
+
+pub(crate) async fn job_heartbeat<'e, E>(ex: E, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    if p.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(include_str!("../queries/job/heartbeat.sql"))
+        .bind(leases_json(&p.leases)?)
+        .bind(p.lease_ms)
+        .bind(p.now)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(renewal).collect()
+}
+
+fn renewal(r: &PgRow) -> StoreResult<LeaseRenewal> {
+    Ok(LeaseRenewal {
+        job_id: row::get(r, "id")?,
+        fence: row::get(r, "fence")?,
+        lease_expires_at: row::get(r, "lease_expires_at")?,
+    })
+}
+
+pub(crate) async fn job_complete_many<'e, E>(ex: E, p: JobCompleteMany) -> StoreResult<Vec<i64>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    if p.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(include_str!("../queries/job/complete_many.sql"))
+        .bind(leases_json(&p.leases)?)
+        .bind(p.now)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)
+}
