@@ -15,22 +15,10 @@ use sqlx::{Executor, Postgres};
 use crate::error::interpret_error;
 use crate::row;
 
-/// The batch as one JSON array for `jsonb_to_recordset`. `run_at` is written with
-/// microseconds, truncated, exactly as sqlx binds a timestamp, so a time round-trips the
-/// same whichever way it reaches the database.
-fn jobs_json(p: &JobInsert) -> String {
-    let items: Vec<serde_json::Value> = p
-        .jobs
-        .iter()
-        .map(|j| {
-            serde_json::json!({
-                "kind": j.kind, "queue": j.queue, "args": j.args, "priority": j.priority,
-                "run_at": j.run_at.map(|t| t.to_rfc3339_opts(SecondsFormat::Micros, true)),
-                "max_attempts": j.max_attempts,
-            })
-        })
-        .collect();
-    serde_json::Value::Array(items).to_string()
+/// `run_at` as the JSON for `jsonb_to_recordset`: microseconds, truncated, exactly as sqlx
+/// binds a timestamp, so a time round-trips the same whichever way it reaches the database.
+fn run_at_json(t: idem_store::Timestamp) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
 
 fn sorted_jobs(rows: Vec<PgRow>) -> StoreResult<Vec<JobRow>> {
@@ -52,7 +40,7 @@ where
         return Ok(Vec::new());
     }
     let rows = sqlx::query(include_str!("../queries/job/insert.sql"))
-        .bind(jobs_json(&p))
+        .bind(p.to_json(run_at_json))
         .bind(p.now)
         .fetch_all(ex)
         .await

@@ -85,20 +85,6 @@ struct AttemptRecord<'a> {
     only_if_state: Option<&'static str>,
 }
 
-fn jobs_json(p: &JobInsert) -> String {
-    let items: Vec<serde_json::Value> = p
-        .jobs
-        .iter()
-        .map(|j| {
-            serde_json::json!({
-                "kind": j.kind, "queue": j.queue, "args": j.args, "priority": j.priority,
-                "run_at": j.run_at.map(ts_to_ms), "max_attempts": j.max_attempts,
-            })
-        })
-        .collect();
-    serde_json::Value::Array(items).to_string()
-}
-
 #[async_trait]
 impl StoreTx for SqliteTx {
     fn backend(&self) -> Backend {
@@ -118,7 +104,7 @@ impl StoreTx for SqliteTx {
             return Ok(Vec::new());
         }
         let q = sqlx::query(include_str!("../queries/job/insert.sql"))
-            .bind(jobs_json(&p))
+            .bind(p.to_json(ts_to_ms))
             .bind(p.now.map(ts_to_ms));
         self.fetch_jobs(q).await
     }

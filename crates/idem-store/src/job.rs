@@ -150,6 +150,25 @@ pub struct NewJob {
     pub max_attempts: i32,
 }
 
+impl JobInsert {
+    /// The batch as one JSON array of `{kind, queue, args, priority, run_at, max_attempts}`,
+    /// the form in which both stores pass a batch to a single statement. `run_at` is
+    /// written by the store's own `run_at` encoder (its dialect's time format).
+    pub fn to_json<T: Serialize>(&self, run_at: impl Fn(Timestamp) -> T) -> String {
+        let items: Vec<serde_json::Value> = self
+            .jobs
+            .iter()
+            .map(|j| {
+                serde_json::json!({
+                    "kind": j.kind, "queue": j.queue, "args": j.args, "priority": j.priority,
+                    "run_at": j.run_at.map(&run_at), "max_attempts": j.max_attempts,
+                })
+            })
+            .collect();
+        serde_json::Value::Array(items).to_string()
+    }
+}
+
 /// Insert jobs in one statement.
 #[derive(Debug, Clone, Default)]
 pub struct JobInsert {
