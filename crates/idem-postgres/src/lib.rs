@@ -19,6 +19,7 @@
 
 mod error;
 mod migrate;
+mod notify;
 mod row;
 mod single;
 mod tx;
@@ -31,6 +32,7 @@ use async_trait::async_trait;
 use idem_store::{
     AttemptRow, Backend, JobClaim, JobCompleteMany, JobHeartbeat, JobInsert, JobList, JobRow,
     LeaseRenewal, QueueCount, SqlValue, Store, StoreError, StoreResult, StoreTx, Timestamp,
+    Wakeups,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -310,6 +312,18 @@ impl Store for PgStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    fn has_channel(&self) -> bool {
+        true
+    }
+
+    async fn announce(&self, queues: &[String]) -> StoreResult<()> {
+        notify::announce(&self.pool, queues).await
+    }
+
+    async fn subscribe(&self) -> StoreResult<Option<Box<dyn Wakeups>>> {
+        notify::subscribe(&self.pool).await.map(Some)
     }
 
     // The one-statement operations run straight on the pool: the statement is its own

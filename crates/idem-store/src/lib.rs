@@ -27,7 +27,7 @@ pub use job::{
     JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal,
     LeaseToken, NewJob, QueueCount,
 };
-pub use store::{Store, StoreTx};
+pub use store::{Store, StoreTx, Wakeups};
 pub use value::SqlValue;
 
 /// A point in time, always UTC. Stores keep milliseconds at least.

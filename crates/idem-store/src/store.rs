@@ -59,6 +59,25 @@ pub trait Store: Send + Sync + 'static {
     /// Closes the pool; later calls fail with [`crate::StoreError::Unavailable`].
     async fn close(&self);
 
+    /// Whether this store can carry wake-ups between processes ([`Store::announce`],
+    /// [`Store::subscribe`]). Without it, workers in other processes find new jobs by
+    /// polling.
+    fn has_channel(&self) -> bool {
+        false
+    }
+
+    /// Tells workers in other processes that jobs wait in `queues` (empty = any queue).
+    /// Best effort: a lost announcement only delays a worker until its next poll.
+    async fn announce(&self, queues: &[String]) -> StoreResult<()> {
+        let _ = queues;
+        Ok(())
+    }
+
+    /// Subscribes to announcements from other processes; `None` without a channel.
+    async fn subscribe(&self) -> StoreResult<Option<Box<dyn Wakeups>>> {
+        Ok(None)
+    }
+
     /// [`StoreTx::job_insert`] in its own transaction.
     async fn job_insert(&self, params: JobInsert) -> StoreResult<Vec<JobRow>> {
         in_tx!(self, job_insert, params)
@@ -98,6 +117,14 @@ pub trait Store: Send + Sync + 'static {
     async fn job_cancel(&self, params: JobCancel) -> StoreResult<JobRow> {
         in_tx!(self, job_cancel, params)
     }
+}
+
+/// A subscription to announcements of waiting jobs from other processes.
+#[async_trait]
+pub trait Wakeups: Send {
+    /// Waits for the next announcement; returns the queues it names (empty = any queue).
+    /// An error means the subscription is broken; subscribe again.
+    async fn next(&mut self) -> StoreResult<Vec<String>>;
 }
 
 /// An open write transaction. Dropping it without [`StoreTx::commit`] rolls it back.

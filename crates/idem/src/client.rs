@@ -3,6 +3,7 @@
 //!
 //! The database URL picks the store: `sqlite://path` or `postgres://…`.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use idem_postgres::{PgOptions, PgStore};
@@ -11,11 +12,11 @@ use idem_store::{
     AttemptRow, JobCancel, JobInsert, JobList, JobRescue, JobRow, QueueCount, SqlValue, Store,
     StoreTx,
 };
-use tokio::sync::Notify;
 
 use crate::clock::{Clock, DatabaseClock};
 use crate::error::IdemError;
 use crate::job::Job;
+use crate::wake::Waker;
 use crate::worker::{Worker, WorkerConfig};
 
 /// Most jobs a rescue call moves at once.
@@ -44,7 +45,7 @@ pub async fn connect_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
 pub struct Idem {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) wake: Arc<Notify>,
+    pub(crate) waker: Waker,
 }
 
 impl std::fmt::Debug for Idem {
@@ -69,7 +70,7 @@ impl Idem {
         Idem {
             store,
             clock: Arc::new(DatabaseClock),
-            wake: Arc::new(Notify::new()),
+            waker: Waker::default(),
         }
     }
 
@@ -94,7 +95,7 @@ impl Idem {
     pub async fn enqueue_many(&self, jobs: Vec<Job>) -> Result<Vec<JobRow>, IdemError> {
         let params = self.insert_params(jobs)?;
         let rows = self.store.job_insert(params).await?;
-        self.wake.notify_waiters();
+        self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
         Ok(rows)
     }
 
@@ -103,7 +104,8 @@ impl Idem {
     pub async fn begin(&self) -> Result<Tx, IdemError> {
         Ok(Tx {
             inner: self.store.begin().await?,
-            wake: None,
+            idem: self.clone(),
+            queues: BTreeSet::new(),
         })
     }
 
@@ -121,7 +123,7 @@ impl Idem {
     ) -> Result<Vec<JobRow>, IdemError> {
         let params = self.insert_params(jobs)?;
         let rows = tx.inner.job_insert(params).await?;
-        tx.wake = Some(self.wake.clone());
+        tx.queues.extend(rows.iter().map(|r| r.queue.clone()));
         Ok(rows)
     }
 
@@ -171,10 +173,17 @@ impl Idem {
             now: self.clock.now(),
         };
         let rows = self.store.job_rescue(params).await?;
-        if !rows.is_empty() {
-            self.wake.notify_waiters();
-        }
+        self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
         Ok(rows)
+    }
+
+    /// Wakes local workers and announces to other processes that jobs wait in `queues`.
+    pub(crate) fn jobs_waiting<'a>(&self, queues: impl IntoIterator<Item = &'a str>) {
+        let mut queues = queues.into_iter().peekable();
+        if queues.peek().is_some() {
+            let unique: BTreeSet<&str> = queues.collect();
+            self.waker.jobs_waiting(&self.store, unique);
+        }
     }
 
     /// A worker over this client's store and clock.
@@ -186,7 +195,8 @@ impl Idem {
 /// A caller's own write transaction. Dropping it without [`Tx::commit`] rolls back.
 pub struct Tx {
     inner: Box<dyn StoreTx>,
-    wake: Option<Arc<Notify>>,
+    idem: Idem,
+    queues: BTreeSet<String>,
 }
 
 impl Tx {
@@ -212,9 +222,8 @@ impl Tx {
     /// Commits; jobs enqueued in this transaction become visible to workers now.
     pub async fn commit(self) -> Result<(), IdemError> {
         self.inner.commit().await?;
-        if let Some(wake) = self.wake {
-            wake.notify_waiters();
-        }
+        self.idem
+            .jobs_waiting(self.queues.iter().map(String::as_str));
         Ok(())
     }
 

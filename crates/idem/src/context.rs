@@ -6,6 +6,7 @@
 //! until commit; so either the effects and the completion commit together under a
 //! current claim, or nothing commits.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,7 +14,7 @@ use tokio::sync::Notify;
 
 use idem_store::{JobComplete, JobInsert, JobLock, JobRow, LeaseToken, SqlValue, Store, StoreTx};
 
-use crate::clock::Clock;
+use crate::client::Idem;
 use crate::error::IdemError;
 use crate::job::Job;
 
@@ -52,23 +53,16 @@ impl LeaseSignal {
 /// What a running handler holds: its job, its claim, and access to the store.
 pub struct JobContext {
     job: JobRow,
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
+    idem: Idem,
     lease_lost: Arc<LeaseSignal>,
     pub(crate) completed: bool,
 }
 
 impl JobContext {
-    pub(crate) fn new(
-        job: JobRow,
-        store: Arc<dyn Store>,
-        clock: Arc<dyn Clock>,
-        lease_lost: Arc<LeaseSignal>,
-    ) -> Self {
+    pub(crate) fn new(job: JobRow, idem: Idem, lease_lost: Arc<LeaseSignal>) -> Self {
         JobContext {
             job,
-            store,
-            clock,
+            idem,
             lease_lost,
             completed: false,
         }
@@ -98,19 +92,23 @@ impl JobContext {
 
     /// The store, for reads outside the effect transaction.
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+        &self.idem.store
     }
 
     /// Opens the fenced effect transaction: the fence check runs first and locks the
     /// job's row; a stale claim gets an error for which
     /// [`IdemError::is_lease_lost`] is true, and nothing can be written.
     pub async fn begin(&mut self) -> Result<EffectTx<'_>, IdemError> {
-        let mut tx = self.store.begin().await?;
+        let mut tx = self.idem.store.begin().await?;
         tx.job_lock(JobLock {
             lease: self.lease(),
         })
         .await?;
-        Ok(EffectTx { tx, cx: self })
+        Ok(EffectTx {
+            tx,
+            cx: self,
+            queues: BTreeSet::new(),
+        })
     }
 }
 
@@ -119,9 +117,11 @@ impl JobContext {
 pub struct EffectTx<'a> {
     tx: Box<dyn StoreTx>,
     cx: &'a mut JobContext,
+    /// Queues that jobs enqueued in this transaction wait in; woken after commit.
+    queues: BTreeSet<String>,
 }
 
-impl EffectTx<'_> {
+impl<'a> EffectTx<'a> {
     /// Runs a statement of the effect (placeholders `$1`, `$2`, …).
     pub async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> Result<u64, IdemError> {
         Ok(self.tx.execute(sql, args).await?)
@@ -142,8 +142,10 @@ impl EffectTx<'_> {
             .into_iter()
             .map(Job::into_new)
             .collect::<Result<Vec<_>, _>>()?;
-        let now = self.cx.clock.now();
-        Ok(self.tx.job_insert(JobInsert { jobs, now }).await?)
+        let now = self.cx.idem.clock.now();
+        let rows = self.tx.job_insert(JobInsert { jobs, now }).await?;
+        self.queues.extend(rows.iter().map(|r| r.queue.clone()));
+        Ok(rows)
     }
 
     /// The store's transaction, to downcast to the driver's own type
@@ -155,16 +157,24 @@ impl EffectTx<'_> {
     /// Completes the job in this transaction and commits: the effects and the
     /// completion become visible together, or (on a lost claim) neither does.
     pub async fn complete(mut self) -> Result<(), IdemError> {
-        let now = self.cx.clock.now();
+        let now = self.cx.idem.clock.now();
         let lease = self.cx.lease();
         self.tx.job_complete(JobComplete { lease, now }).await?;
-        self.tx.commit().await?;
-        self.cx.completed = true;
+        let cx = self.finish().await?;
+        cx.completed = true;
         Ok(())
     }
 
     /// Commits the effects without completing the job (the handler goes on).
     pub async fn commit(self) -> Result<(), IdemError> {
-        Ok(self.tx.commit().await?)
+        self.finish().await.map(|_| ())
+    }
+
+    /// Commits, then wakes workers for the jobs enqueued in this transaction.
+    async fn finish(self) -> Result<&'a mut JobContext, IdemError> {
+        self.tx.commit().await?;
+        let cx = self.cx;
+        cx.idem.jobs_waiting(self.queues.iter().map(String::as_str));
+        Ok(cx)
     }
 }

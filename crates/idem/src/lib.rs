@@ -49,6 +49,7 @@ mod error;
 mod handler;
 mod job;
 pub mod retry;
+mod wake;
 mod worker;
 
 pub use client::{Idem, Tx, connect_store};

@@ -264,6 +264,7 @@ impl Worker {
         let shared = Arc::new(Shared {
             completer,
             abort: watch::channel(false).0,
+            listening: watch::channel(false).0,
             idem: self.idem,
             config: self.config,
             name: self.name,
@@ -278,6 +279,7 @@ impl Worker {
             let (s, q, rx) = (shared.clone(), queue.clone(), claims_rx.clone());
             tasks.push(tokio::spawn(claim_loop(s, q, *concurrency, rx)));
         }
+        tasks.push(tokio::spawn(listen_loop(shared.clone(), claims_rx.clone())));
         tasks.push(tokio::spawn(rescue_loop(shared.clone(), claims_rx)));
         let upkeep = vec![
             tokio::spawn(heartbeat_loop(shared.clone(), upkeep_rx)),
@@ -323,6 +325,15 @@ impl WorkerHandle {
         &self.shared.name
     }
 
+    /// Resolves once the worker hears announcements of new jobs from other processes
+    /// (at once on a store without a channel, where workers poll).
+    pub async fn ready(&self) {
+        if self.shared.idem.store.has_channel() {
+            let mut listening = self.shared.listening.subscribe();
+            let _ = listening.wait_for(|l| *l).await;
+        }
+    }
+
     /// Stops claiming, lets running jobs finish for up to the shutdown timeout, then
     /// stops the rest (their attempts fail and they run again later) and returns the
     /// final report.
@@ -353,6 +364,8 @@ struct Shared {
     completer: Completer,
     /// Turns true when running jobs must stop (shutdown past its deadline).
     abort: watch::Sender<bool>,
+    /// True while the worker listens for announcements from other processes.
+    listening: watch::Sender<bool>,
     config: WorkerConfig,
     name: String,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
@@ -409,7 +422,7 @@ async fn claim_loop(
         let Some(permits) = take_slots(&slots, need, batch, &mut stop).await else {
             break;
         };
-        let wake = shared.idem.wake.notified();
+        let wake = shared.idem.waker.local().notified();
         tokio::pin!(wake);
         wake.as_mut().enable();
         let wanted = permits.len();
@@ -511,8 +524,7 @@ async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
     let Some(handler) = shared.handlers.get(&job.kind).cloned() else {
         return Err(JobError::retry(unknown_kind(shared, &job.kind)));
     };
-    let (store, clock) = (shared.idem.store.clone(), shared.idem.clock.clone());
-    let cx = JobContext::new(job.clone(), store, clock, lost);
+    let cx = JobContext::new(job.clone(), shared.idem.clone(), lost);
     // The handler runs in this task: a panic is caught here, and the timeout and a
     // shutdown past its deadline stop it by dropping its future (which rolls back an
     // open effect transaction).
@@ -675,6 +687,48 @@ fn mark_lost(shared: &Shared, sent: &[LeaseToken], renewed: &[idem_store::LeaseR
             && !h.lost.raise()
         {
             tracing::warn!(job_id = token.job_id, fence = token.fence, "lease lost");
+        }
+    }
+}
+
+/// Wakes the claim loops when another process announces jobs in one of this worker's
+/// queues (where the store has a channel); subscribes again after a broken connection.
+async fn listen_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let store = shared.idem.store.clone();
+    if !store.has_channel() {
+        return;
+    }
+    while !*stop.borrow() {
+        let mut wakeups = match store.subscribe().await {
+            Ok(Some(w)) => {
+                shared.listening.send_replace(true);
+                w
+            }
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(worker = %shared.name, error = %e, "cannot listen for new jobs; polling");
+                tokio::select! {
+                    _ = tokio::time::sleep(shared.config.poll_interval) => continue,
+                    _ = stop.changed() => return,
+                }
+            }
+        };
+        loop {
+            let queues = tokio::select! {
+                q = wakeups.next() => q,
+                _ = stop.changed() => return,
+            };
+            match queues {
+                Ok(q) if q.is_empty() || q.iter().any(|q| shared.config.queues.contains_key(q)) => {
+                    shared.idem.waker.local().notify_waiters();
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(worker = %shared.name, error = %e, "listening for new jobs failed; subscribing again");
+                    shared.listening.send_replace(false);
+                    break;
+                }
+            }
         }
     }
 }
