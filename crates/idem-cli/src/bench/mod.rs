@@ -54,10 +54,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 1_000)]
     pub bulk_batch: usize,
     /// Worker concurrency (jobs at once) in drain and fenced
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1_000)]
     pub concurrency: usize,
     /// Most jobs per claim statement
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 500)]
     pub claim_batch: usize,
     /// SQLite commit durability: full or normal
     #[arg(long, default_value = "full")]
