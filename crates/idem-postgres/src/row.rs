@@ -6,7 +6,7 @@
 //! widths (priority `smallint` = `i16`, attempt and max_attempts `integer` = `i32`, ids and
 //! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
 
-use idem_store::{AttemptRow, JobRow, QueueCount, StoreResult};
+use idem_store::{AttemptRow, Inserted, JobRow, QueueCount, StoreResult};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
@@ -21,6 +21,16 @@ where
 }
 
 /// An `idem_job` row.
+/// A row of `job/insert.sql`.
+pub(crate) fn inserted(row: &PgRow) -> StoreResult<Inserted> {
+    Ok(Inserted {
+        id: get(row, "id")?,
+        state: get::<String>(row, "state")?.parse()?,
+        run_at: get(row, "run_at")?,
+        created_at: get(row, "created_at")?,
+    })
+}
+
 pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
     Ok(JobRow {
         id: get(row, "id")?,

@@ -45,7 +45,8 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
-    sorted_jobs(rows)
+    let inserted = rows.iter().map(row::inserted).collect::<StoreResult<_>>()?;
+    p.rows(inserted)
 }
 
 pub(crate) async fn job_claim<'e, E>(ex: E, p: JobClaim) -> StoreResult<Vec<JobRow>>

@@ -1,7 +1,7 @@
 //! Decoding SQLite rows into the seam's records. Timestamps are INTEGER milliseconds.
 
 use chrono::TimeZone;
-use idem_store::{AttemptRow, JobRow, QueueCount, StoreError, StoreResult, Timestamp};
+use idem_store::{AttemptRow, Inserted, JobRow, QueueCount, StoreError, StoreResult, Timestamp};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 
@@ -36,6 +36,16 @@ fn opt_ts(row: &SqliteRow, col: &str) -> StoreResult<Option<Timestamp>> {
 }
 
 /// An `idem_job` row.
+/// A row of `job/insert.sql`.
+pub(crate) fn inserted(row: &SqliteRow) -> StoreResult<Inserted> {
+    Ok(Inserted {
+        id: get(row, "id")?,
+        state: get::<String>(row, "state")?.parse()?,
+        run_at: ts(row, "run_at")?,
+        created_at: ts(row, "created_at")?,
+    })
+}
+
 pub(crate) fn job(row: &SqliteRow) -> StoreResult<JobRow> {
     let args: String = get(row, "args")?;
     Ok(JobRow {

@@ -103,10 +103,14 @@ impl StoreTx for SqliteTx {
         if p.jobs.is_empty() {
             return Ok(Vec::new());
         }
-        let q = sqlx::query(include_str!("../queries/job/insert.sql"))
+        let rows = sqlx::query(include_str!("../queries/job/insert.sql"))
             .bind(p.to_json(ts_to_ms))
-            .bind(p.now.map(ts_to_ms));
-        self.fetch_jobs(q).await
+            .bind(p.now.map(ts_to_ms))
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        let inserted = rows.iter().map(row::inserted).collect::<StoreResult<_>>()?;
+        p.rows(inserted)
     }
 
     async fn job_claim(&mut self, p: JobClaim) -> StoreResult<Vec<JobRow>> {

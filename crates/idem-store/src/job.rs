@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{StoreError, Timestamp};
+use crate::{StoreError, StoreResult, Timestamp};
 
 /// The state of a job. Stored as TEXT with a CHECK constraint on every store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -155,18 +155,81 @@ impl JobInsert {
     /// the form in which both stores pass a batch to a single statement. `run_at` is
     /// written by the store's own `run_at` encoder (its dialect's time format).
     pub fn to_json<T: Serialize>(&self, run_at: impl Fn(Timestamp) -> T) -> String {
-        let items: Vec<serde_json::Value> = self
+        #[derive(Serialize)]
+        struct Item<'a, T> {
+            kind: &'a str,
+            queue: &'a str,
+            args: &'a serde_json::Value,
+            priority: i16,
+            run_at: Option<T>,
+            max_attempts: i32,
+        }
+        let items: Vec<Item<'_, T>> = self
             .jobs
             .iter()
-            .map(|j| {
-                serde_json::json!({
-                    "kind": j.kind, "queue": j.queue, "args": j.args, "priority": j.priority,
-                    "run_at": j.run_at.map(&run_at), "max_attempts": j.max_attempts,
-                })
+            .map(|j| Item {
+                kind: &j.kind,
+                queue: &j.queue,
+                args: &j.args,
+                priority: j.priority,
+                run_at: j.run_at.map(&run_at),
+                max_attempts: j.max_attempts,
             })
             .collect();
-        serde_json::Value::Array(items).to_string()
+        serde_json::to_string(&items).expect("a job batch always encodes as JSON")
     }
+
+    /// The inserted rows, from the jobs given and what the insert statement returned for
+    /// each, in the same order: only the columns the database chose are read back, the
+    /// rest (args above all) is not decoded again.
+    pub fn rows(self, inserted: Vec<Inserted>) -> StoreResult<Vec<JobRow>> {
+        if inserted.len() != self.jobs.len() {
+            return Err(StoreError::Database(format!(
+                "inserted {} jobs for a batch of {}",
+                inserted.len(),
+                self.jobs.len()
+            )));
+        }
+        let mut inserted = inserted;
+        inserted.sort_by_key(|i| i.id);
+        Ok(self
+            .jobs
+            .into_iter()
+            .zip(inserted)
+            .map(|(j, i)| JobRow {
+                id: i.id,
+                kind: j.kind,
+                queue: j.queue,
+                args: j.args,
+                priority: j.priority,
+                state: i.state,
+                attempt: 0,
+                max_attempts: j.max_attempts,
+                run_at: i.run_at,
+                fence: 0,
+                lease_owner: None,
+                lease_expires_at: None,
+                batch_id: None,
+                created_at: i.created_at,
+                attempted_at: None,
+                finalized_at: None,
+                last_error: None,
+            })
+            .collect())
+    }
+}
+
+/// What an insert statement returns for each job: the columns the database chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inserted {
+    /// The new id (ids follow the batch's order).
+    pub id: i64,
+    /// `available` or `scheduled`.
+    pub state: JobState,
+    /// The run time (now when none was given).
+    pub run_at: Timestamp,
+    /// When it was inserted.
+    pub created_at: Timestamp,
 }
 
 /// Insert jobs in one statement.

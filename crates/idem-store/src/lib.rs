@@ -23,8 +23,8 @@ mod value;
 
 pub use error::{StoreError, StoreResult};
 pub use job::{
-    AttemptOutcome, AttemptRow, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail,
-    JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal,
+    AttemptOutcome, AttemptRow, Inserted, JobCancel, JobClaim, JobComplete, JobCompleteMany,
+    JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal,
     LeaseToken, NewJob, QueueCount,
 };
 pub use store::{Store, StoreTx, Wakeups};

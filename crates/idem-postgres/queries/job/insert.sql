@@ -1,4 +1,5 @@
--- Inserts many jobs in one statement.
+-- Inserts many jobs in one statement. Returns only the columns the database chose (id,
+-- state, run_at, created_at): the store rebuilds each row from the job it was given.
 -- $1: JSON array of {kind, queue, args, priority, run_at (RFC 3339 or null), max_attempts};
 -- $2: now as timestamptz, or NULL for the database clock.
 -- PostgreSQL dialect: the batch arrives as one jsonb value, unpacked with
@@ -21,4 +22,4 @@ FROM ROWS FROM (
      ) WITH ORDINALITY AS j(kind, queue, args, priority, run_at, max_attempts, ord),
      (SELECT coalesce($2::timestamptz, now()) AS now) AS t
 ORDER BY j.ord
-RETURNING *
+RETURNING id, state, run_at, created_at
