@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use idem::{EffectClass, Handler, Idem, Job, JobContext, JobError, SqlValue, WorkerConfig};
+use idem::{
+    EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError, SqlValue, WorkerConfig,
+};
 
 use crate::scratch;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -20,7 +22,8 @@ use tokio::process::{Child, Command};
 
 const QUEUE: &str = "demo";
 const REPORT_MARKER: &str = "IDEM_WORKER_REPORT";
-const OUTBOX_TABLE: &str = "CREATE TABLE IF NOT EXISTS demo_outbox (job_id BIGINT NOT NULL, \
+const OUTBOX_TABLE: &str = "CREATE TABLE IF NOT EXISTS demo_outbox (order_id BIGINT NOT NULL, \
+     job_id BIGINT NOT NULL, \
      fence BIGINT NOT NULL, worker TEXT NOT NULL)";
 
 /// Arguments of `idem demo`.
@@ -105,18 +108,27 @@ impl Handler for ReceiptMail {
     async fn run(&self, cx: &mut JobContext, args: Receipt) -> Result<(), JobError> {
         tokio::time::sleep(self.work).await;
         let lease = cx.lease();
-        debug_assert!(args.order_id >= 0);
         let mut tx = cx.begin().await?;
-        let sql = "INSERT INTO demo_outbox (job_id, fence, worker) VALUES ($1, $2, $3)";
-        let row = [
-            lease.job_id.into(),
-            lease.fence.into(),
-            self.worker.as_str().into(),
-        ];
-        tx.execute(sql, &row).await?;
+        let key = EffectKey::new("receipt-mail").part(args.order_id);
+        if tx.claim_effect(&key).await?.is_new() {
+            let sql = "INSERT INTO demo_outbox (order_id, job_id, fence, worker) \
+                       VALUES ($1, $2, $3, $4)";
+            let row = [
+                args.order_id.into(),
+                lease.job_id.into(),
+                lease.fence.into(),
+                self.worker.as_str().into(),
+            ];
+            tx.execute(sql, &row).await?;
+        }
         tx.complete().await?;
         Ok(())
     }
+}
+
+/// The job kinds this binary runs (the demo's), with their effect classes.
+pub fn kinds() -> Vec<(String, idem::EffectClass)> {
+    vec![(ReceiptMail::KIND.to_owned(), ReceiptMail::EFFECT)]
 }
 
 /// The hidden worker process.
@@ -175,6 +187,12 @@ pub async fn run(args: DemoArgs, url: Option<String>) -> anyhow::Result<ExitCode
     })
 }
 
+/// Every 25th job repeats the previous order: a producer that sent the same request
+/// twice. The effect key `receipt-mail:{order_id}` makes the second a no-op.
+fn order_of(i: usize) -> usize {
+    if i % 25 == 24 { i - 1 } else { i }
+}
+
 async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {
     let mut tx = idem.begin().await?;
     tx.execute(OUTBOX_TABLE, &[]).await?;
@@ -183,7 +201,10 @@ async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         let jobs = chunk
             .iter()
-            .map(|i| Job::new("receipt-mail", serde_json::json!({"order_id": i})).queue(QUEUE))
+            .map(|i| {
+                let order_id = order_of(*i);
+                Job::new("receipt-mail", serde_json::json!({"order_id": order_id})).queue(QUEUE)
+            })
             .collect();
         for row in idem.enqueue_many(jobs).await? {
             first = first.min(row.id);
@@ -432,12 +453,20 @@ async fn finished(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<usize> {
     Ok(usize::try_from(scalar(idem, sql, ids).await?).unwrap_or(0))
 }
 
+const ORDERS: &str = "SELECT count(DISTINCT CAST(args ->> 'order_id' AS BIGINT)) FROM idem_job \
+                      WHERE id BETWEEN $1 AND $2";
+const MISSING: &str = "SELECT count(DISTINCT CAST(j.args ->> 'order_id' AS BIGINT)) FROM idem_job j \
+                       WHERE j.id BETWEEN $1 AND $2 AND NOT EXISTS (SELECT 1 FROM demo_outbox o \
+                       WHERE o.order_id = CAST(j.args ->> 'order_id' AS BIGINT))";
+
 /// What the database says after the run.
 struct Verdict {
     enqueued: i64,
     completed: i64,
     dead: i64,
     lost: i64,
+    orders: i64,
+    deduplicated: i64,
     duplicate_effects: i64,
     missing_effects: i64,
     stale_effects: i64,
@@ -466,9 +495,13 @@ async fn verify(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Verdict> {
         completed,
         dead,
         lost: enqueued - completed - dead,
-        duplicate_effects: q("SELECT count(*) - count(DISTINCT job_id) FROM demo_outbox WHERE job_id BETWEEN $1 AND $2").await?,
-        missing_effects: q("SELECT count(*) FROM idem_job j WHERE j.id BETWEEN $1 AND $2 AND j.state = 'completed' \
-                            AND NOT EXISTS (SELECT 1 FROM demo_outbox o WHERE o.job_id = j.id)").await?,
+        orders: q(ORDERS).await?,
+        deduplicated: q("SELECT count(*) FROM idem_job j WHERE j.id BETWEEN $1 AND $2 \
+                         AND j.state = 'completed' \
+                         AND NOT EXISTS (SELECT 1 FROM demo_outbox o WHERE o.job_id = j.id)").await?,
+        duplicate_effects: q("SELECT count(*) - count(DISTINCT order_id) FROM demo_outbox \
+                              WHERE job_id BETWEEN $1 AND $2").await?,
+        missing_effects: q(MISSING).await?,
         stale_effects: q("SELECT count(*) FROM demo_outbox o JOIN idem_job j ON j.id = o.job_id \
                           WHERE o.job_id BETWEEN $1 AND $2 AND o.fence <> j.fence").await?,
         rescued: q("SELECT count(*) FROM idem_job_attempt WHERE job_id BETWEEN $1 AND $2 AND outcome = 'lease_expired'").await?,
@@ -496,6 +529,11 @@ fn print_report(
     line("jobs completed", v.completed.to_string());
     line("jobs dead-lettered", v.dead.to_string());
     line("jobs lost", v.lost.to_string());
+    line("orders (distinct effect keys)", v.orders.to_string());
+    line(
+        "repeated requests made no effect",
+        v.deduplicated.to_string(),
+    );
     line(
         "duplicate effects (outbox)",
         v.duplicate_effects.to_string(),
@@ -508,7 +546,7 @@ fn print_report(
     println!(
         "verdict: {}",
         if v.ok() {
-            "OK: every job completed once, with exactly one effect"
+            "OK: every job completed, every order has exactly one mail"
         } else {
             "FAILED"
         }

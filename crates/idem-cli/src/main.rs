@@ -42,6 +42,8 @@ enum Command {
     Jobs(ops::JobsCommand),
     /// Job counts per queue and state
     Queues,
+    /// What idem guarantees for each effect class and each job kind this binary runs
+    Guarantees,
     /// Worker process used by `idem demo` (not for direct use)
     #[command(hide = true)]
     DemoWorker(demo::DemoWorkerArgs),
@@ -80,6 +82,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Enqueue(args) => ops::enqueue(&db(), args).await,
         Command::Jobs(cmd) => ops::jobs(&db(), cmd).await,
         Command::Queues => ops::queues(&db()).await,
+        Command::Guarantees => Ok(ops::guarantees(&demo::kinds())),
     }
 }
 

@@ -160,3 +160,21 @@ pub async fn queues(url: &str) -> anyhow::Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `idem guarantees`: what idem promises for each effect class, and for each job kind
+/// this binary registers.
+pub fn guarantees(kinds: &[(String, idem::EffectClass)]) -> ExitCode {
+    println!("Delivery is at-least-once: a handler may run more than once. What each effect");
+    println!("class guarantees about the handler's effect:");
+    println!();
+    for class in idem::EffectClass::ALL {
+        println!("  {:<14} {}", class.as_str(), class.guarantee());
+        println!("  {:<14} mechanism: {}", "", class.mechanism());
+    }
+    println!();
+    println!("{:<24} {:<14} guarantee", "job kind", "effect class");
+    for (kind, class) in kinds {
+        println!("{kind:<24} {:<14} {}", class.as_str(), class.guarantee());
+    }
+    ExitCode::SUCCESS
+}

@@ -18,11 +18,18 @@ use crate::error::interpret_error;
 pub(crate) const MIGRATION_LOCK_KEY: i64 = 0x6964_656d;
 
 /// Every migration, numbered as in `idem-sqlite`.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "job",
-    sql: include_str!("../migrations/0001_job.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "job",
+        sql: include_str!("../migrations/0001_job.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "effect",
+        sql: include_str!("../migrations/0002_effect.sql"),
+    },
+];
 
 /// Applies pending migrations in one transaction under the advisory lock; returns how
 /// many ran.

@@ -6,7 +6,7 @@
 //! widths (priority `smallint` = `i16`, attempt and max_attempts `integer` = `i32`, ids and
 //! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
 
-use idem_store::{AttemptRow, Inserted, JobRow, QueueCount, StoreResult};
+use idem_store::{AttemptRow, EffectRecord, Inserted, JobRow, QueueCount, StoreResult};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
@@ -21,6 +21,16 @@ where
 }
 
 /// An `idem_job` row.
+/// A row of `effect/get.sql`.
+pub(crate) fn effect(row: &PgRow) -> StoreResult<EffectRecord> {
+    Ok(EffectRecord {
+        key: get(row, "key")?,
+        job_id: get(row, "job_id")?,
+        fence: get(row, "fence")?,
+        created_at: get(row, "created_at")?,
+    })
+}
+
 /// A row of `job/insert.sql`.
 pub(crate) fn inserted(row: &PgRow) -> StoreResult<Inserted> {
     Ok(Inserted {

@@ -12,9 +12,9 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptOutcome, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail,
-    JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal, LeaseToken, SqlValue,
-    StoreError, StoreResult, StoreTx, Timestamp,
+    AttemptOutcome, Backend, EffectClaim, EffectClaimed, JobCancel, JobClaim, JobComplete,
+    JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal,
+    LeaseToken, SqlValue, StoreError, StoreResult, StoreTx, Timestamp,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -196,6 +196,34 @@ impl StoreTx for PgTx {
         match row {
             Some(r) => row::job(&r),
             None => Err(cancel_refusal(self, p.job_id).await),
+        }
+    }
+
+    async fn effect_claim(&mut self, p: EffectClaim) -> StoreResult<EffectClaimed> {
+        let inserted: Option<String> =
+            sqlx::query_scalar(include_str!("../queries/effect/claim.sql"))
+                .bind(&p.key)
+                .bind(&p.kind)
+                .bind(p.lease.job_id)
+                .bind(p.lease.fence)
+                .bind(p.now)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(interpret_error)?;
+        if inserted.is_some() {
+            return Ok(EffectClaimed::New);
+        }
+        let found = sqlx::query(include_str!("../queries/effect/get.sql"))
+            .bind(&p.key)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        match found {
+            Some(r) => Ok(EffectClaimed::Done(row::effect(&r)?)),
+            None => Err(StoreError::LeaseLost {
+                job_id: p.lease.job_id,
+                fence: p.lease.fence,
+            }),
         }
     }
 

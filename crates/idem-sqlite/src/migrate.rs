@@ -1,51 +1,57 @@
 //! Embedded migrations for SQLite, applied under the write lock by one entry point.
 
-use idem_store::StoreResult;
 use idem_store::migration::{Migration, pending};
-use sqlx::SqlitePool;
+use idem_store::{StoreError, StoreResult};
+use rusqlite::Connection;
 
 use crate::error::interpret_error;
 
 /// Every migration, numbered as in `idem-postgres`.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "job",
-    sql: include_str!("../migrations/0001_job.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "job",
+        sql: include_str!("../migrations/0001_job.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "effect",
+        sql: include_str!("../migrations/0002_effect.sql"),
+    },
+];
 
-/// Applies pending migrations in one `BEGIN IMMEDIATE` transaction; returns how many ran.
-pub(crate) async fn run(pool: &SqlitePool) -> StoreResult<usize> {
-    let mut tx = pool
-        .begin_with("BEGIN IMMEDIATE")
-        .await
+/// Applies pending migrations; returns how many ran. Runs on the writer thread inside
+/// the caller's `BEGIN IMMEDIATE` transaction, so all of them commit together or none.
+pub(crate) fn run(c: &Connection) -> StoreResult<usize> {
+    c.execute_batch(include_str!("../migrations/0000_migration_table.sql"))
         .map_err(interpret_error)?;
-    sqlx::raw_sql(include_str!("../migrations/0000_migration_table.sql"))
-        .execute(&mut *tx)
-        .await
-        .map_err(interpret_error)?;
-    let applied: Vec<i64> = sqlx::query_scalar(include_str!("../queries/migration/applied.sql"))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(interpret_error)?;
+    let applied = applied(c)?;
     let todo = pending(MIGRATIONS, &applied)?;
     for m in &todo {
-        sqlx::raw_sql(m.sql)
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| migration_error(m, e))?;
-        sqlx::query(include_str!("../queries/migration/record.sql"))
-            .bind(m.version)
-            .bind(m.name)
-            .execute(&mut *tx)
-            .await
+        c.execute_batch(m.sql).map_err(|e| migration_error(m, e))?;
+        let mut record = c
+            .prepare_cached(include_str!("../queries/migration/record.sql"))
+            .map_err(interpret_error)?;
+        record
+            .execute(rusqlite::params![m.version, m.name])
             .map_err(interpret_error)?;
     }
-    tx.commit().await.map_err(interpret_error)?;
     Ok(todo.len())
 }
 
-fn migration_error(m: &Migration, e: sqlx::Error) -> idem_store::StoreError {
-    idem_store::StoreError::Migration(format!(
+fn applied(c: &Connection) -> StoreResult<Vec<i64>> {
+    let mut stmt = c
+        .prepare(include_str!("../queries/migration/applied.sql"))
+        .map_err(interpret_error)?;
+    let versions = stmt
+        .query_map([], |r| r.get(0))
+        .map_err(interpret_error)?
+        .collect::<rusqlite::Result<Vec<i64>>>();
+    versions.map_err(interpret_error)
+}
+
+fn migration_error(m: &Migration, e: rusqlite::Error) -> StoreError {
+    StoreError::Migration(format!(
         "migration {:04}_{} failed: {}",
         m.version,
         m.name,

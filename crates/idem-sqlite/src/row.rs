@@ -1,9 +1,12 @@
 //! Decoding SQLite rows into the seam's records. Timestamps are INTEGER milliseconds.
 
 use chrono::TimeZone;
-use idem_store::{AttemptRow, Inserted, JobRow, QueueCount, StoreError, StoreResult, Timestamp};
-use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use idem_store::{
+    AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, QueueCount, StoreError, StoreResult,
+    Timestamp,
+};
+use rusqlite::Row;
+use rusqlite::types::FromSql;
 
 use crate::error::interpret_error;
 
@@ -20,24 +23,30 @@ pub(crate) fn ts_to_ms(ts: Timestamp) -> i64 {
     ts.timestamp_millis()
 }
 
-fn get<'r, T>(row: &'r SqliteRow, col: &str) -> StoreResult<T>
-where
-    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
-{
-    row.try_get(col).map_err(interpret_error)
+fn get<T: FromSql>(row: &Row<'_>, col: &str) -> StoreResult<T> {
+    row.get(col).map_err(interpret_error)
 }
 
-fn ts(row: &SqliteRow, col: &str) -> StoreResult<Timestamp> {
+fn ts(row: &Row<'_>, col: &str) -> StoreResult<Timestamp> {
     ms_to_ts(get(row, col)?)
 }
 
-fn opt_ts(row: &SqliteRow, col: &str) -> StoreResult<Option<Timestamp>> {
+fn opt_ts(row: &Row<'_>, col: &str) -> StoreResult<Option<Timestamp>> {
     get::<Option<i64>>(row, col)?.map(ms_to_ts).transpose()
 }
 
-/// An `idem_job` row.
 /// A row of `job/insert.sql`.
-pub(crate) fn inserted(row: &SqliteRow) -> StoreResult<Inserted> {
+pub(crate) fn effect(row: &Row<'_>) -> StoreResult<EffectRecord> {
+    Ok(EffectRecord {
+        key: get(row, "key")?,
+        job_id: get(row, "job_id")?,
+        fence: get(row, "fence")?,
+        created_at: ts(row, "created_at")?,
+    })
+}
+
+/// A row of `job/insert.sql`.
+pub(crate) fn inserted(row: &Row<'_>) -> StoreResult<Inserted> {
     Ok(Inserted {
         id: get(row, "id")?,
         state: get::<String>(row, "state")?.parse()?,
@@ -46,7 +55,8 @@ pub(crate) fn inserted(row: &SqliteRow) -> StoreResult<Inserted> {
     })
 }
 
-pub(crate) fn job(row: &SqliteRow) -> StoreResult<JobRow> {
+/// An `idem_job` row.
+pub(crate) fn job(row: &Row<'_>) -> StoreResult<JobRow> {
     let args: String = get(row, "args")?;
     Ok(JobRow {
         id: get(row, "id")?,
@@ -70,8 +80,17 @@ pub(crate) fn job(row: &SqliteRow) -> StoreResult<JobRow> {
     })
 }
 
+/// A row of `job/heartbeat.sql`.
+pub(crate) fn renewal(row: &Row<'_>) -> StoreResult<LeaseRenewal> {
+    Ok(LeaseRenewal {
+        job_id: get(row, "id")?,
+        fence: get(row, "fence")?,
+        lease_expires_at: ts(row, "lease_expires_at")?,
+    })
+}
+
 /// An `idem_job_attempt` row.
-pub(crate) fn attempt(row: &SqliteRow) -> StoreResult<AttemptRow> {
+pub(crate) fn attempt(row: &Row<'_>) -> StoreResult<AttemptRow> {
     Ok(AttemptRow {
         job_id: get(row, "job_id")?,
         attempt: get(row, "attempt")?,
@@ -84,7 +103,7 @@ pub(crate) fn attempt(row: &SqliteRow) -> StoreResult<AttemptRow> {
 }
 
 /// A row of `queue/counts.sql`.
-pub(crate) fn queue_count(row: &SqliteRow) -> StoreResult<QueueCount> {
+pub(crate) fn queue_count(row: &Row<'_>) -> StoreResult<QueueCount> {
     Ok(QueueCount {
         queue: get(row, "queue")?,
         state: get::<String>(row, "state")?.parse()?,

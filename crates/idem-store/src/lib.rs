@@ -15,12 +15,14 @@
 //!   wrappers that open one, call the [`StoreTx`] method and commit.
 #![warn(missing_docs)]
 
+mod effect;
 mod error;
 mod job;
 pub mod migration;
 mod store;
 mod value;
 
+pub use effect::{EffectClaim, EffectClaimed, EffectRecord};
 pub use error::{StoreError, StoreResult};
 pub use job::{
     AttemptOutcome, AttemptRow, Inserted, JobCancel, JobClaim, JobComplete, JobCompleteMany,

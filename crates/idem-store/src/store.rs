@@ -180,6 +180,14 @@ pub trait StoreTx: Send {
     /// [`crate::StoreError::NotFound`] or [`crate::StoreError::Conflict`] (already finished).
     async fn job_cancel(&mut self, params: JobCancel) -> StoreResult<JobRow>;
 
+    /// Claims an effect key in this transaction (`INSERT … ON CONFLICT DO NOTHING`):
+    /// [`crate::EffectClaimed::New`] when this transaction inserted it, else the existing
+    /// record. Run it after [`StoreTx::job_lock`], so a stale claim never gets this far.
+    async fn effect_claim(
+        &mut self,
+        params: crate::EffectClaim,
+    ) -> StoreResult<crate::EffectClaimed>;
+
     /// Runs a caller's statement in this transaction; returns the rows affected.
     /// Placeholders are `$1`, `$2`, … on every store.
     async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> StoreResult<u64>;

@@ -12,9 +12,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::Notify;
 
-use idem_store::{JobComplete, JobInsert, JobLock, JobRow, LeaseToken, SqlValue, Store, StoreTx};
+use idem_store::{
+    EffectClaim, EffectClaimed, JobComplete, JobInsert, JobLock, JobRow, LeaseToken, SqlValue,
+    Store, StoreTx,
+};
 
 use crate::client::Idem;
+use crate::effect::EffectKey;
 use crate::error::IdemError;
 use crate::job::Job;
 
@@ -134,6 +138,21 @@ impl<'a> EffectTx<'a> {
         args: &[SqlValue],
     ) -> Result<Vec<Vec<SqlValue>>, IdemError> {
         Ok(self.tx.query(sql, args).await?)
+    }
+
+    /// Claims the effect `key` in this transaction: [`EffectClaimed::New`] means this
+    /// execution owns the effect and must make it in this same transaction;
+    /// [`EffectClaimed::Done`] means it was already made (the record says by which job
+    /// and when), so make nothing. The key's record commits or rolls back with the
+    /// effect, and the store's unique key decides every race.
+    pub async fn claim_effect(&mut self, key: &EffectKey) -> Result<EffectClaimed, IdemError> {
+        let params = EffectClaim {
+            key: key.render()?,
+            kind: key.kind().to_owned(),
+            lease: self.cx.lease(),
+            now: self.cx.idem.clock.now(),
+        };
+        Ok(self.tx.effect_claim(params).await?)
     }
 
     /// Enqueues follow-up jobs that commit with the effect.

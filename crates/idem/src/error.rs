@@ -20,6 +20,9 @@ pub enum IdemError {
     /// A job to enqueue is invalid; the message names the field.
     #[error("invalid job: {0}")]
     InvalidJob(String),
+    /// An effect key is invalid; the message says why and what to do.
+    #[error("invalid effect key: {0}")]
+    InvalidKey(String),
 }
 
 impl IdemError {

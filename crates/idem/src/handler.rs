@@ -39,6 +39,29 @@ impl EffectClass {
         }
     }
 
+    /// Every class, in the order of the guarantee table.
+    pub const ALL: [EffectClass; 3] = [
+        EffectClass::Transactional,
+        EffectClass::KeyedRemote,
+        EffectClass::UnkeyedRemote,
+    ];
+
+    /// How idem keeps the guarantee.
+    pub fn mechanism(self) -> &'static str {
+        match self {
+            EffectClass::Transactional => {
+                "effect key + effect + job completion in one fenced transaction"
+            }
+            EffectClass::KeyedRemote => {
+                "intent record with lease expiry and takeover, the same key on every attempt"
+            }
+            EffectClass::UnkeyedRemote => {
+                "intent record; an outcome that may or may not have been applied goes to \
+                 reconciliation, never a blind retry"
+            }
+        }
+    }
+
     /// The guarantee in plain words.
     pub fn guarantee(self) -> &'static str {
         match self {

@@ -45,6 +45,7 @@ mod client;
 mod clock;
 mod completer;
 mod context;
+mod effect;
 mod error;
 mod handler;
 mod job;
@@ -55,11 +56,12 @@ mod worker;
 pub use client::{Idem, Tx, connect_store};
 pub use clock::{Clock, DatabaseClock, ManualClock};
 pub use context::{EffectTx, JobContext};
+pub use effect::EffectKey;
 pub use error::{IdemError, JobError, JobErrorKind};
 pub use handler::{EffectClass, Handler};
 pub use idem_store::{
-    AttemptOutcome, AttemptRow, Backend, JobList, JobRow, JobState, LeaseToken, QueueCount,
-    SqlValue, Store, StoreError, StoreTx, Timestamp,
+    AttemptOutcome, AttemptRow, Backend, EffectClaimed, EffectRecord, JobList, JobRow, JobState,
+    LeaseToken, QueueCount, SqlValue, Store, StoreError, StoreTx, Timestamp,
 };
 pub use job::Job;
 pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerReport};

@@ -1,19 +1,19 @@
--- Claims up to $2 claimable jobs of queue $1 in claim order, in one statement: running,
--- attempt + 1, fence + 1, leased to worker $3 for $4 ms from now ($5 ms, NULL = database clock).
+-- Claims up to ?2 claimable jobs of queue ?1 in claim order, in one statement: running,
+-- attempt + 1, fence + 1, leased to worker ?3 for ?4 ms from now (?5 ms, NULL = database clock).
 -- SQLite dialect: the single writer (BEGIN IMMEDIATE) serialises claims, so no SKIP LOCKED.
 UPDATE idem_job
 SET state = 'running',
     attempt = attempt + 1,
     fence = fence + 1,
-    lease_owner = $3,
-    attempted_at = coalesce($5, CAST(unixepoch('subsec') * 1000 AS INTEGER)),
-    lease_expires_at = coalesce($5, CAST(unixepoch('subsec') * 1000 AS INTEGER)) + $4
+    lease_owner = ?3,
+    attempted_at = coalesce(?5, CAST(unixepoch('subsec') * 1000 AS INTEGER)),
+    lease_expires_at = coalesce(?5, CAST(unixepoch('subsec') * 1000 AS INTEGER)) + ?4
 WHERE id IN (
     SELECT id FROM idem_job
-    WHERE queue = $1
+    WHERE queue = ?1
       AND state IN ('available', 'scheduled', 'retryable')
-      AND run_at <= coalesce($5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+      AND run_at <= coalesce(?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
     ORDER BY priority, run_at, id
-    LIMIT $2
+    LIMIT ?2
 )
 RETURNING *

@@ -1,2 +1,2 @@
 -- One job by id.
-SELECT * FROM idem_job WHERE id = $1
+SELECT * FROM idem_job WHERE id = ?1

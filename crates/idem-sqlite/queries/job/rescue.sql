@@ -1,19 +1,19 @@
--- Moves up to $1 running jobs whose lease expired before now ($3 ms, NULL = database clock)
--- to retryable at now + $2 ms, or to dead when no attempts are left.
+-- Moves up to ?1 running jobs whose lease expired before now (?3 ms, NULL = database clock)
+-- to retryable at now + ?2 ms, or to dead when no attempts are left.
 UPDATE idem_job
 SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retryable' END,
     run_at = CASE WHEN attempt >= max_attempts THEN run_at
-                  ELSE coalesce($3, CAST(unixepoch('subsec') * 1000 AS INTEGER)) + $2 END,
+                  ELSE coalesce(?3, CAST(unixepoch('subsec') * 1000 AS INTEGER)) + ?2 END,
     finalized_at = CASE WHEN attempt >= max_attempts
-                        THEN coalesce($3, CAST(unixepoch('subsec') * 1000 AS INTEGER)) END,
+                        THEN coalesce(?3, CAST(unixepoch('subsec') * 1000 AS INTEGER)) END,
     last_error = 'lease expired: the worker holding fence ' || fence
                  || ' stopped heartbeating (crashed, paused or partitioned)',
     lease_expires_at = NULL
 WHERE id IN (
     SELECT id FROM idem_job
     WHERE state = 'running'
-      AND lease_expires_at < coalesce($3, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+      AND lease_expires_at < coalesce(?3, CAST(unixepoch('subsec') * 1000 AS INTEGER))
     ORDER BY lease_expires_at
-    LIMIT $1
+    LIMIT ?1
 )
 RETURNING *

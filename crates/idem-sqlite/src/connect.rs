@@ -1,0 +1,182 @@
+//! From a URL and [`SqliteOptions`] to configured connections.
+//!
+//! `sqlite://path` and `sqlite:path` name a file; idem's own `synchronous=full|normal`
+//! parameter is taken out, and any other query parameter goes to SQLite as a URI
+//! parameter (`mode`, `vfs`, …). In-memory databases are refused: idem needs a durable
+//! file that several connections and processes share. Every connection gets WAL, the
+//! store's `synchronous`, the busy timeout and `foreign_keys=ON`.
+
+use std::time::Duration;
+
+use idem_store::{StoreError, StoreResult};
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::interpret_error;
+use crate::{Durability, SqliteOptions};
+
+/// Prepared statements kept per connection: every file in `queries/` and room for
+/// callers' own.
+const STATEMENT_CACHE: usize = 64;
+
+/// Where and how to open a connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    url: String,
+    /// A file path, or a `file:` URI when SQLite parameters were given.
+    path: String,
+    durability: Durability,
+    busy_timeout: Duration,
+}
+
+impl Target {
+    pub(crate) fn parse(url: &str, options: &SqliteOptions) -> StoreResult<Target> {
+        let Some(rest) = url.strip_prefix("sqlite:") else {
+            return Err(StoreError::Config(format!(
+                "{url:?} is not an SQLite URL; expected sqlite://path/to/file.db"
+            )));
+        };
+        let rest = rest.trim_start_matches("//");
+        if rest.is_empty() || rest.starts_with(":memory:") || rest.contains("mode=memory") {
+            return Err(StoreError::Config(format!(
+                "{url:?} names no file; idem needs a durable SQLite file, e.g. sqlite://idem.db"
+            )));
+        }
+        let (rest, durability) = take_synchronous(rest, options.durability)?;
+        let path = match rest.split_once('?') {
+            None => rest,
+            Some((file, query)) => format!("file:{}?{query}", escape_path(file)),
+        };
+        Ok(Target {
+            url: url.to_owned(),
+            path,
+            durability,
+            busy_timeout: options.busy_timeout,
+        })
+    }
+
+    /// Opens and configures a connection; `create` makes the file if it is missing.
+    pub(crate) fn open(&self, create: bool) -> StoreResult<Connection> {
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if create {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let conn = Connection::open_with_flags(&self.path, flags)
+            .and_then(|c| self.configure(&c).map(|()| c))
+            .map_err(|e| self.open_error(e))?;
+        Ok(conn)
+    }
+
+    fn configure(&self, c: &Connection) -> rusqlite::Result<()> {
+        c.busy_timeout(self.busy_timeout)?;
+        c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+        let synchronous = match self.durability {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        };
+        c.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; \
+             PRAGMA foreign_keys = ON;"
+        ))
+    }
+
+    fn open_error(&self, e: rusqlite::Error) -> StoreError {
+        match interpret_error(e) {
+            StoreError::Database(msg) | StoreError::Unavailable(msg) => {
+                StoreError::Unavailable(format!("cannot open {}: {msg}", self.url))
+            }
+            other => other,
+        }
+    }
+}
+
+/// A path as the path part of an SQLite `file:` URI.
+fn escape_path(path: &str) -> String {
+    path.replace('%', "%25")
+        .replace('?', "%3f")
+        .replace('#', "%23")
+}
+
+/// Takes idem's own `synchronous=full|normal` parameter out of the URL (it overrides
+/// [`SqliteOptions::durability`]); the rest of the URL goes to the driver.
+pub(crate) fn take_synchronous(
+    url: &str,
+    default: Durability,
+) -> StoreResult<(String, Durability)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), default));
+    };
+    let mut durability = default;
+    let mut kept = Vec::new();
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        match param.split_once('=') {
+            Some(("synchronous", value)) => durability = parse_synchronous(url, value)?,
+            _ => kept.push(param),
+        }
+    }
+    let url = match kept.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", kept.join("&")),
+    };
+    Ok((url, durability))
+}
+
+fn parse_synchronous(url: &str, value: &str) -> StoreResult<Durability> {
+    match value.to_ascii_lowercase().as_str() {
+        "full" => Ok(Durability::Full),
+        "normal" => Ok(Durability::Normal),
+        other => Err(StoreError::Config(format!(
+            "synchronous={other} in {url:?} is not supported; use \
+             synchronous=full (the default) or synchronous=normal"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn synchronous_comes_out_of_the_url() {
+        let (url, d) =
+            take_synchronous("sqlite://a.db?synchronous=NORMAL", Durability::Full).expect("parsed");
+        assert_eq!((url.as_str(), d), ("sqlite://a.db", Durability::Normal));
+        let (url, d) = take_synchronous(
+            "sqlite://a.db?mode=rwc&synchronous=full",
+            Durability::Normal,
+        )
+        .expect("parsed");
+        assert_eq!(
+            (url.as_str(), d),
+            ("sqlite://a.db?mode=rwc", Durability::Full)
+        );
+        let (url, d) = take_synchronous("sqlite://a.db", Durability::Normal).expect("parsed");
+        assert_eq!((url.as_str(), d), ("sqlite://a.db", Durability::Normal));
+        let err = take_synchronous("sqlite://a.db?synchronous=off", Durability::Full).unwrap_err();
+        assert!(err.to_string().contains("synchronous=off"), "{err}");
+    }
+
+    #[test]
+    fn urls_become_paths_or_uris() {
+        let o = SqliteOptions::default();
+        let path = |url: &str| Target::parse(url, &o).map(|t| (t.path, t.durability));
+        let full = Durability::Full;
+        assert_eq!(path("sqlite://a.db").expect("a"), ("a.db".into(), full));
+        assert_eq!(path("sqlite:/t/a.db").expect("b"), ("/t/a.db".into(), full));
+        let (p, d) = path("sqlite:///t/a%.db?synchronous=normal&mode=rwc").expect("c");
+        assert_eq!(
+            (p.as_str(), d),
+            ("file:/t/a%25.db?mode=rwc", Durability::Normal)
+        );
+        for bad in [
+            "sqlite::memory:",
+            "sqlite://",
+            "sqlite://x?mode=memory",
+            "pg://x",
+        ] {
+            let err = path(bad).unwrap_err();
+            assert!(matches!(err, StoreError::Config(_)), "{bad}: {err:?}");
+        }
+    }
+}

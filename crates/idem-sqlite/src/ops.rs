@@ -1,0 +1,292 @@
+//! Every store operation as one blocking function on a [`Connection`]; the writer thread
+//! and the readers run them.
+//!
+//! Each guarded write names state and fence in its `WHERE` clause; zero rows is
+//! `LeaseLost`. The attempt history row is written in the same transaction as the state
+//! change it records. Statements come from `queries/`, prepared once per connection
+//! (`prepare_cached`), with `?N` placeholders bound by number.
+
+use idem_store::{
+    AttemptOutcome, AttemptRow, EffectClaim, EffectClaimed, JobCancel, JobClaim, JobComplete,
+    JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRow,
+    LeaseRenewal, LeaseToken, QueueCount, StoreError, StoreResult, Timestamp,
+};
+use rusqlite::{Connection, Params, Row, params};
+
+use crate::error::interpret_error;
+use crate::row::{self, ts_to_ms};
+
+/// Runs `op` in its own `BEGIN IMMEDIATE` transaction: committed if it succeeds, rolled
+/// back if anything fails.
+pub(crate) fn in_tx<R>(
+    c: &Connection,
+    op: impl FnOnce(&Connection) -> StoreResult<R>,
+) -> StoreResult<R> {
+    begin(c)?;
+    match op(c).and_then(|out| commit(c).map(|()| out)) {
+        Ok(out) => Ok(out),
+        Err(e) => {
+            rollback(c);
+            Err(e)
+        }
+    }
+}
+
+/// `BEGIN IMMEDIATE`, after rolling back any transaction left open by a caller that went
+/// away (the writer is exclusive to whoever begins, so an open one is an orphan).
+pub(crate) fn begin(c: &Connection) -> StoreResult<()> {
+    rollback(c);
+    exec(c, "BEGIN IMMEDIATE", [])
+}
+
+/// `COMMIT`; on failure the transaction is rolled back.
+pub(crate) fn commit(c: &Connection) -> StoreResult<()> {
+    exec(c, "COMMIT", []).inspect_err(|_| rollback(c))
+}
+
+/// Rolls back the open transaction, if any. A failed rollback leaves nothing to do: SQLite
+/// ends the transaction anyway.
+pub(crate) fn rollback(c: &Connection) {
+    if !c.is_autocommit()
+        && let Err(e) = exec(c, "ROLLBACK", [])
+    {
+        tracing::warn!(error = %e, "SQLite rollback failed");
+    }
+}
+
+/// Runs a cached statement to its end, ignoring rows.
+fn exec(c: &Connection, sql: &str, params: impl Params) -> StoreResult<()> {
+    let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+    let mut rows = stmt.query(params).map_err(interpret_error)?;
+    while rows.next().map_err(interpret_error)?.is_some() {}
+    Ok(())
+}
+
+/// Runs a cached statement and decodes every row it returns.
+fn rows<T>(
+    c: &Connection,
+    sql: &str,
+    params: impl Params,
+    decode: fn(&Row<'_>) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
+    let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+    let mut rows = stmt.query(params).map_err(interpret_error)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().map_err(interpret_error)? {
+        out.push(decode(r)?);
+    }
+    Ok(out)
+}
+
+/// A job returned by a guarded statement, or `LeaseLost` when it returned none.
+fn guarded(jobs: Vec<JobRow>, lease: LeaseToken) -> StoreResult<JobRow> {
+    jobs.into_iter().next().ok_or(StoreError::LeaseLost {
+        job_id: lease.job_id,
+        fence: lease.fence,
+    })
+}
+
+fn sorted(mut jobs: Vec<JobRow>) -> Vec<JobRow> {
+    jobs.sort_by_key(|j| j.id);
+    jobs
+}
+
+fn leases_json(leases: &[LeaseToken]) -> StoreResult<String> {
+    serde_json::to_string(leases)
+        .map_err(|e| StoreError::Invalid(format!("cannot encode leases: {e}")))
+}
+
+/// The database clock.
+pub(crate) fn now(c: &Connection) -> StoreResult<i64> {
+    let mut ms = rows(c, include_str!("../queries/clock/now.sql"), [], |r| {
+        r.get(0).map_err(interpret_error)
+    })?;
+    ms.pop()
+        .ok_or_else(|| StoreError::Database("the clock query returned no row".into()))
+}
+
+pub(crate) fn job_get(c: &Connection, id: i64) -> StoreResult<Option<JobRow>> {
+    let jobs = rows(c, include_str!("../queries/job/get.sql"), [id], row::job)?;
+    Ok(jobs.into_iter().next())
+}
+
+pub(crate) fn job_list(c: &Connection, p: &JobList) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../queries/job/list.sql");
+    let state = p.state.map(|s| s.as_str());
+    let args = params![state, p.queue, p.kind, p.before_id, i64::from(p.limit)];
+    rows(c, sql, args, row::job)
+}
+
+pub(crate) fn job_attempts(c: &Connection, job_id: i64) -> StoreResult<Vec<AttemptRow>> {
+    let sql = include_str!("../queries/job_attempt/list.sql");
+    rows(c, sql, [job_id], row::attempt)
+}
+
+pub(crate) fn queue_counts(c: &Connection) -> StoreResult<Vec<QueueCount>> {
+    let sql = include_str!("../queries/queue/counts.sql");
+    rows(c, sql, [], row::queue_count)
+}
+
+pub(crate) fn job_insert(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+    if p.jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = include_str!("../queries/job/insert.sql");
+    let args = params![p.to_json(ts_to_ms), p.now.map(ts_to_ms)];
+    let inserted = rows(c, sql, args, row::inserted)?;
+    p.rows(inserted)
+}
+
+pub(crate) fn job_claim(c: &Connection, p: &JobClaim) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../queries/job/claim.sql");
+    let now = p.now.map(ts_to_ms);
+    let args = params![p.queue, i64::from(p.limit), p.worker, p.lease_ms, now];
+    Ok(sorted(rows(c, sql, args, row::job)?))
+}
+
+pub(crate) fn job_heartbeat(c: &Connection, p: &JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
+    if p.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = include_str!("../queries/job/heartbeat.sql");
+    let args = params![leases_json(&p.leases)?, p.lease_ms, p.now.map(ts_to_ms)];
+    rows(c, sql, args, row::renewal)
+}
+
+pub(crate) fn job_lock(c: &Connection, p: &JobLock) -> StoreResult<JobRow> {
+    let sql = include_str!("../queries/job/lock.sql");
+    let jobs = rows(c, sql, [p.lease.job_id, p.lease.fence], row::job)?;
+    guarded(jobs, p.lease)
+}
+
+pub(crate) fn job_complete(c: &Connection, p: &JobComplete) -> StoreResult<JobRow> {
+    let sql = include_str!("../queries/job/complete.sql");
+    let args = params![p.lease.job_id, p.lease.fence, p.now.map(ts_to_ms)];
+    let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
+    record_attempt(
+        c,
+        AttemptRecord::of(&job, AttemptOutcome::Completed, None, p.now),
+    )?;
+    Ok(job)
+}
+
+pub(crate) fn job_complete_many(c: &Connection, p: &JobCompleteMany) -> StoreResult<Vec<i64>> {
+    if p.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = include_str!("../queries/job/complete_many.sql");
+    let args = params![leases_json(&p.leases)?, p.now.map(ts_to_ms)];
+    let ids: Vec<i64> = rows(c, sql, args, |r| r.get(0).map_err(interpret_error))?;
+    if !ids.is_empty() {
+        let json = serde_json::Value::from(ids.clone()).to_string();
+        let sql = include_str!("../queries/job_attempt/insert_completed.sql");
+        exec(c, sql, [json])?;
+    }
+    Ok(ids)
+}
+
+pub(crate) fn job_fail(c: &Connection, p: &JobFail) -> StoreResult<JobRow> {
+    let sql = include_str!("../queries/job/fail.sql");
+    let now = p.now.map(ts_to_ms);
+    let args = params![p.lease.job_id, p.lease.fence, p.retry_in_ms, p.error, now];
+    let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
+    let outcome = AttemptOutcome::of_failure(&job);
+    record_attempt(c, AttemptRecord::of(&job, outcome, Some(&p.error), p.now))?;
+    Ok(job)
+}
+
+pub(crate) fn job_rescue(c: &Connection, p: &JobRescue) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../queries/job/rescue.sql");
+    let args = params![i64::from(p.limit), p.retry_in_ms, p.now.map(ts_to_ms)];
+    let jobs = sorted(rows(c, sql, args, row::job)?);
+    for job in &jobs {
+        let error = job.last_error.as_deref();
+        let rec = AttemptRecord::of(job, AttemptOutcome::LeaseExpired, error, p.now);
+        record_attempt(c, rec)?;
+    }
+    Ok(jobs)
+}
+
+pub(crate) fn job_cancel(c: &Connection, p: &JobCancel) -> StoreResult<JobRow> {
+    record_attempt(
+        c,
+        AttemptRecord {
+            job_id: p.job_id,
+            outcome: AttemptOutcome::Cancelled,
+            error: Some("cancelled by an operator while running"),
+            now: p.now,
+            only_if_state: Some("running"),
+        },
+    )?;
+    let sql = include_str!("../queries/job/cancel.sql");
+    let jobs = rows(c, sql, params![p.job_id, p.now.map(ts_to_ms)], row::job)?;
+    match jobs.into_iter().next() {
+        Some(job) => Ok(job),
+        None => Err(StoreError::cancel_refused(
+            p.job_id,
+            job_get(c, p.job_id)?.as_ref(),
+        )),
+    }
+}
+
+/// One attempt-history row to write for a job's current claim.
+struct AttemptRecord<'a> {
+    job_id: i64,
+    outcome: AttemptOutcome,
+    error: Option<&'a str>,
+    now: Option<Timestamp>,
+    only_if_state: Option<&'static str>,
+}
+
+impl<'a> AttemptRecord<'a> {
+    fn of(
+        job: &JobRow,
+        outcome: AttemptOutcome,
+        error: Option<&'a str>,
+        now: Option<Timestamp>,
+    ) -> Self {
+        let job_id = job.id;
+        let only_if_state = None;
+        AttemptRecord {
+            job_id,
+            outcome,
+            error,
+            now,
+            only_if_state,
+        }
+    }
+}
+
+fn record_attempt(c: &Connection, rec: AttemptRecord<'_>) -> StoreResult<()> {
+    let sql = include_str!("../queries/job_attempt/insert.sql");
+    let now = rec.now.map(ts_to_ms);
+    let state = rec.only_if_state;
+    let args = params![rec.job_id, rec.outcome.as_str(), rec.error, now, state];
+    exec(c, sql, args)
+}
+
+pub(crate) fn effect_claim(c: &Connection, p: &EffectClaim) -> StoreResult<EffectClaimed> {
+    let sql = include_str!("../queries/effect/claim.sql");
+    let args = params![
+        p.key,
+        p.kind,
+        p.lease.job_id,
+        p.lease.fence,
+        p.now.map(ts_to_ms)
+    ];
+    if !rows(c, sql, args, |r| {
+        r.get::<_, String>(0).map_err(interpret_error)
+    })?
+    .is_empty()
+    {
+        return Ok(EffectClaimed::New);
+    }
+    let sql = include_str!("../queries/effect/get.sql");
+    match rows(c, sql, [&p.key], row::effect)?.pop() {
+        Some(record) => Ok(EffectClaimed::Done(record)),
+        None => Err(StoreError::LeaseLost {
+            job_id: p.lease.job_id,
+            fence: p.lease.fence,
+        }),
+    }
+}

@@ -1,0 +1,175 @@
+//! Effect keys on both stores: of two executions racing on one key exactly one makes the
+//! effect and the other is told it was already done; a stale execution cannot claim a
+//! key at all; a rolled-back claim leaves no key behind.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use idem::{EffectClaimed, EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError};
+use idem_store_tests::harness::within;
+use idem_store_tests::{TestDb, open_store};
+use tokio::sync::{Barrier, mpsc};
+
+/// Claims `receipt-mail:{order}` after a barrier shared with the other worker, writes the
+/// effect row only if the claim is new, and completes; reports what it was told.
+struct Receipt {
+    barrier: Arc<Barrier>,
+    seen: mpsc::UnboundedSender<(i64, EffectClaimed)>,
+}
+
+#[derive(serde::Deserialize)]
+struct Order {
+    order: i64,
+}
+
+impl Handler for Receipt {
+    const KIND: &'static str = "receipt";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = Order;
+
+    async fn run(&self, cx: &mut JobContext, args: Order) -> Result<(), JobError> {
+        self.barrier.wait().await;
+        let lease = cx.lease();
+        let mut tx = cx.begin().await?;
+        let claimed = tx
+            .claim_effect(&EffectKey::new("receipt-mail").part(args.order))
+            .await?;
+        if claimed.is_new() {
+            let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, 'mail')";
+            tx.execute(sql, &[lease.job_id.into(), lease.fence.into()])
+                .await?;
+        }
+        tx.complete().await?;
+        let _ = self.seen.send((lease.job_id, claimed));
+        Ok(())
+    }
+}
+
+/// Two jobs for the same order (a producer's duplicate), run by two workers on two
+/// connection pools at once: one mail.
+async fn two_executions_race_on_one_key(db: &TestDb) {
+    let idem = client(db, None);
+    create_effect_table(&idem).await;
+    let jobs = idem
+        .enqueue_many(
+            (0..2)
+                .map(|_| Job::new("receipt", serde_json::json!({"order": 42})).queue("mail"))
+                .collect(),
+        )
+        .await
+        .unwrap();
+    let (barrier, (seen, mut seen_rx)) = (Arc::new(Barrier::new(2)), mpsc::unbounded_channel());
+    let mut handles = Vec::new();
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let store = open_store(&db.url).await.expect("another pool");
+        let mut w = Idem::from_store(store.clone())
+            .worker(config("mail", 1))
+            .unwrap();
+        w.register(Receipt {
+            barrier: barrier.clone(),
+            seen: seen.clone(),
+        })
+        .unwrap();
+        handles.push(w.start());
+        stores.push(store);
+    }
+    let mut outcomes = Vec::new();
+    for _ in 0..2 {
+        outcomes.push(
+            within(60, "both executions finish", seen_rx.recv())
+                .await
+                .unwrap(),
+        );
+    }
+    for h in handles {
+        within(30, "shutdown", h.shutdown()).await;
+    }
+    for s in stores {
+        s.close().await;
+    }
+    let news: Vec<i64> = outcomes
+        .iter()
+        .filter(|(_, c)| c.is_new())
+        .map(|(j, _)| *j)
+        .collect();
+    assert_eq!(
+        news.len(),
+        1,
+        "exactly one execution owns the effect: {outcomes:?}"
+    );
+    let done = outcomes.iter().find_map(|(_, c)| match c {
+        EffectClaimed::Done(r) => Some(r.clone()),
+        EffectClaimed::New => None,
+    });
+    let done = done.expect("the other execution is told the effect is done");
+    assert_eq!(
+        done.job_id, news[0],
+        "the record names the job that made the effect"
+    );
+    assert_eq!(done.key, "receipt-mail:42");
+    let rows = effects(&idem).await;
+    assert_eq!(rows.len(), 1, "one mail: {rows:?}");
+    assert_eq!(rows[0].0, news[0]);
+    assert!(
+        jobs.iter().any(|j| j.id == news[0]),
+        "the owner is one of the two jobs"
+    );
+}
+
+/// A claimed key rolls back with its transaction: the next attempt owns the effect.
+async fn a_rolled_back_claim_leaves_no_key(db: &TestDb) {
+    let idem = client(db, None);
+    let key = EffectKey::new("thumbnail").part(7).part(640);
+    let job = idem
+        .enqueue(Job::new("thumb", serde_json::json!({})).queue("t"))
+        .await
+        .unwrap();
+    let claimed = idem
+        .store()
+        .job_claim(idem_store::JobClaim {
+            queue: "t".into(),
+            limit: 1,
+            lease_ms: 30_000,
+            worker: "w".into(),
+            now: None,
+        })
+        .await
+        .unwrap();
+    let lease = claimed[0].lease_token();
+    let claim = || idem_store::EffectClaim {
+        key: key.render().unwrap(),
+        kind: key.kind().into(),
+        lease,
+        now: None,
+    };
+    // Twice rolled back: each time the key is free again.
+    for _ in 0..2 {
+        let mut tx = idem.store().begin().await.unwrap();
+        tx.job_lock(idem_store::JobLock { lease }).await.unwrap();
+        assert!(tx.effect_claim(claim()).await.unwrap().is_new());
+        tx.rollback().await.unwrap();
+    }
+    // Committed: the key is taken, and the record names the claim that took it.
+    let mut tx = idem.store().begin().await.unwrap();
+    assert!(tx.effect_claim(claim()).await.unwrap().is_new());
+    tx.commit().await.unwrap();
+    let mut tx = idem.store().begin().await.unwrap();
+    match tx.effect_claim(claim()).await.unwrap() {
+        EffectClaimed::Done(r) => {
+            assert_eq!(
+                (r.key.as_str(), r.job_id, r.fence),
+                ("thumbnail:7:640", job.id, lease.fence)
+            );
+        }
+        EffectClaimed::New => panic!("a committed key must not be claimable again"),
+    }
+    tx.rollback().await.unwrap();
+}
+
+idem_store_tests::store_cases!(
+    two_executions_race_on_one_key,
+    a_rolled_back_claim_leaves_no_key
+);
