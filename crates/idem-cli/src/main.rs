@@ -42,6 +42,9 @@ enum Command {
     Jobs(ops::JobsCommand),
     /// Job counts per queue and state
     Queues,
+    /// Check the ledger's running totals against its entries, and rebuild them
+    #[command(subcommand)]
+    Ledger(ops::LedgerCommand),
     /// What idem guarantees for each effect class and each job kind this binary runs
     Guarantees,
     /// Worker process used by `idem demo` (not for direct use)
@@ -82,6 +85,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Enqueue(args) => ops::enqueue(&db(), args).await,
         Command::Jobs(cmd) => ops::jobs(&db(), cmd).await,
         Command::Queues => ops::queues(&db()).await,
+        Command::Ledger(cmd) => ops::ledger(&db(), cmd).await,
         Command::Guarantees => Ok(ops::guarantees(&demo::kinds())),
     }
 }

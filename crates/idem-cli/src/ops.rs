@@ -178,3 +178,53 @@ pub fn guarantees(kinds: &[(String, idem::EffectClass)]) -> ExitCode {
     }
     ExitCode::SUCCESS
 }
+
+/// `idem ledger …`.
+#[derive(Subcommand)]
+pub enum LedgerCommand {
+    /// List every account whose running total differs from the sum of its entries
+    Verify,
+    /// Rebuild mismatched totals from their entries (a dry run unless --apply)
+    Repair {
+        /// Write the rebuilt totals
+        #[arg(long)]
+        apply: bool,
+    },
+}
+
+/// `idem ledger …`: exits 1 when `verify` finds mismatches.
+pub async fn ledger(url: &str, cmd: LedgerCommand) -> anyhow::Result<ExitCode> {
+    let idem = connect(url).await?;
+    let verifying = matches!(cmd, LedgerCommand::Verify);
+    let (found, verb) = match cmd {
+        LedgerCommand::Verify => (idem.ledger_verify().await?, "differ"),
+        LedgerCommand::Repair { apply: false } => (
+            idem.ledger_repair(false).await?,
+            "would be rebuilt (dry run; --apply writes)",
+        ),
+        LedgerCommand::Repair { apply: true } => (idem.ledger_repair(true).await?, "rebuilt"),
+    };
+    if found.is_empty() {
+        println!("every running total equals the sum of its entries");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<32} {:>16} {:>16} {:>8}",
+        "account", "running total", "sum of entries", "entries"
+    );
+    for m in &found {
+        let total = m
+            .balance
+            .map_or_else(|| "(none)".to_owned(), |b| b.to_string());
+        println!(
+            "{:<32} {total:>16} {:>16} {:>8}",
+            m.account, m.sum, m.entries
+        );
+    }
+    println!("{} account(s) {verb}", found.len());
+    Ok(if verifying {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

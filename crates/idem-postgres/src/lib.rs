@@ -302,6 +302,14 @@ impl Store for PgStore {
         rows.iter().map(row::queue_count).collect()
     }
 
+    async fn ledger_verify(&self) -> StoreResult<Vec<idem_store::LedgerMismatch>> {
+        let rows = sqlx::query(include_str!("../queries/ledger/verify.sql"))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(interpret_error)?;
+        rows.iter().map(row::ledger_mismatch).collect()
+    }
+
     async fn query(&self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>> {
         let rows = value::bind_all(sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())), args)?
             .fetch_all(&self.pool)

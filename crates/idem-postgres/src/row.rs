@@ -6,7 +6,10 @@
 //! widths (priority `smallint` = `i16`, attempt and max_attempts `integer` = `i32`, ids and
 //! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
 
-use idem_store::{AttemptRow, EffectRecord, Inserted, JobRow, QueueCount, StoreResult};
+use idem_store::{
+    AttemptRow, EffectRecord, Inserted, JobRow, LedgerEntry, LedgerMismatch, QueueCount,
+    StoreResult,
+};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
@@ -28,6 +31,27 @@ pub(crate) fn effect(row: &PgRow) -> StoreResult<EffectRecord> {
         job_id: get(row, "job_id")?,
         fence: get(row, "fence")?,
         created_at: get(row, "created_at")?,
+    })
+}
+
+/// A row of `ledger/get_entry.sql`.
+pub(crate) fn ledger_entry(row: &PgRow) -> StoreResult<LedgerEntry> {
+    Ok(LedgerEntry {
+        entry_key: get(row, "entry_key")?,
+        account: get(row, "account")?,
+        amount: get(row, "amount")?,
+        job_id: get(row, "job_id")?,
+        created_at: get(row, "created_at")?,
+    })
+}
+
+/// A row of `ledger/verify.sql`.
+pub(crate) fn ledger_mismatch(row: &PgRow) -> StoreResult<LedgerMismatch> {
+    Ok(LedgerMismatch {
+        account: get(row, "account")?,
+        balance: get(row, "balance")?,
+        sum: get(row, "sum")?,
+        entries: get(row, "entries")?,
     })
 }
 

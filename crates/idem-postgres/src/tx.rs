@@ -14,7 +14,8 @@ use async_trait::async_trait;
 use idem_store::{
     AttemptOutcome, Backend, EffectClaim, EffectClaimed, JobCancel, JobClaim, JobComplete,
     JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal,
-    LeaseToken, SqlValue, StoreError, StoreResult, StoreTx, Timestamp,
+    LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted, SqlValue, StoreError, StoreResult,
+    StoreTx, Timestamp,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -54,6 +55,29 @@ impl PgTx {
             .map_err(interpret_error)?;
         match row {
             Some(r) => row::job(&r),
+            None => Err(StoreError::LeaseLost {
+                job_id: lease.job_id,
+                fence: lease.fence,
+            }),
+        }
+    }
+
+    /// The record under `key` that a guarded insert found taken; none means the insert's
+    /// fence guard refused it, so the claim is not current.
+    async fn existing<T>(
+        &mut self,
+        sql: &'static str,
+        key: &str,
+        lease: LeaseToken,
+        decode: fn(&PgRow) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let found = sqlx::query(sql)
+            .bind(key)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        match found {
+            Some(r) => decode(&r),
             None => Err(StoreError::LeaseLost {
                 job_id: lease.job_id,
                 fence: lease.fence,
@@ -213,18 +237,50 @@ impl StoreTx for PgTx {
         if inserted.is_some() {
             return Ok(EffectClaimed::New);
         }
-        let found = sqlx::query(include_str!("../queries/effect/get.sql"))
-            .bind(&p.key)
-            .fetch_optional(&mut *self.tx)
-            .await
-            .map_err(interpret_error)?;
-        match found {
-            Some(r) => Ok(EffectClaimed::Done(row::effect(&r)?)),
-            None => Err(StoreError::LeaseLost {
-                job_id: p.lease.job_id,
-                fence: p.lease.fence,
-            }),
+        let get = include_str!("../queries/effect/get.sql");
+        let record = self.existing(get, &p.key, p.lease, row::effect).await?;
+        Ok(EffectClaimed::Done(record))
+    }
+
+    async fn ledger_post(&mut self, p: LedgerPost) -> StoreResult<LedgerPosted> {
+        let inserted: Option<String> =
+            sqlx::query_scalar(include_str!("../queries/ledger/post_entry.sql"))
+                .bind(&p.entry_key)
+                .bind(&p.account)
+                .bind(p.amount)
+                .bind(p.lease.job_id)
+                .bind(p.lease.fence)
+                .bind(p.now)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(interpret_error)?;
+        if inserted.is_some() {
+            sqlx::query(include_str!("../queries/ledger/move_balance.sql"))
+                .bind(&p.account)
+                .bind(p.amount)
+                .bind(p.now)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(interpret_error)?;
+            return Ok(LedgerPosted::New);
         }
+        let get = include_str!("../queries/ledger/get_entry.sql");
+        let entry = self
+            .existing(get, &p.entry_key, p.lease, row::ledger_entry)
+            .await?;
+        Ok(LedgerPosted::Duplicate(entry))
+    }
+
+    async fn ledger_rebuild(&mut self, accounts: Vec<LedgerMismatch>) -> StoreResult<()> {
+        for a in accounts {
+            sqlx::query(include_str!("../queries/ledger/set_balance.sql"))
+                .bind(&a.account)
+                .bind(None::<idem_store::Timestamp>)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(interpret_error)?;
+        }
+        Ok(())
     }
 
     async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> StoreResult<u64> {

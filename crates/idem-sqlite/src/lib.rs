@@ -171,6 +171,10 @@ impl Store for SqliteStore {
         self.readers.run(ops::queue_counts).await
     }
 
+    async fn ledger_verify(&self) -> StoreResult<Vec<idem_store::LedgerMismatch>> {
+        self.readers.run(ops::ledger_verify).await
+    }
+
     async fn query(&self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>> {
         let (sql, args) = (sql.to_owned(), args.to_vec());
         self.readers

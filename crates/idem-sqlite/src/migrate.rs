@@ -18,6 +18,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "effect",
         sql: include_str!("../migrations/0002_effect.sql"),
     },
+    Migration {
+        version: 3,
+        name: "ledger",
+        sql: include_str!("../migrations/0003_ledger.sql"),
+    },
 ];
 
 /// Applies pending migrations; returns how many ran. Runs on the writer thread inside

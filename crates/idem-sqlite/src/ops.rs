@@ -9,7 +9,8 @@
 use idem_store::{
     AttemptOutcome, AttemptRow, EffectClaim, EffectClaimed, JobCancel, JobClaim, JobComplete,
     JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRow,
-    LeaseRenewal, LeaseToken, QueueCount, StoreError, StoreResult, Timestamp,
+    LeaseRenewal, LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted, QueueCount, StoreError,
+    StoreResult, Timestamp,
 };
 use rusqlite::{Connection, Params, Row, params};
 
@@ -282,11 +283,68 @@ pub(crate) fn effect_claim(c: &Connection, p: &EffectClaim) -> StoreResult<Effec
         return Ok(EffectClaimed::New);
     }
     let sql = include_str!("../queries/effect/get.sql");
-    match rows(c, sql, [&p.key], row::effect)?.pop() {
-        Some(record) => Ok(EffectClaimed::Done(record)),
-        None => Err(StoreError::LeaseLost {
-            job_id: p.lease.job_id,
-            fence: p.lease.fence,
-        }),
+    existing(c, sql, &p.key, p.lease, row::effect).map(EffectClaimed::Done)
+}
+
+pub(crate) fn ledger_post(c: &Connection, p: &LedgerPost) -> StoreResult<LedgerPosted> {
+    let sql = include_str!("../queries/ledger/post_entry.sql");
+    let now = p.now.map(ts_to_ms);
+    let args = params![
+        p.entry_key,
+        p.account,
+        p.amount,
+        p.lease.job_id,
+        p.lease.fence,
+        now
+    ];
+    if !rows(c, sql, args, |r| {
+        r.get::<_, String>(0).map_err(interpret_error)
+    })?
+    .is_empty()
+    {
+        let sql = include_str!("../queries/ledger/move_balance.sql");
+        c.prepare_cached(sql)
+            .and_then(|mut s| s.execute(params![p.account, p.amount, now]))
+            .map_err(interpret_error)?;
+        return Ok(LedgerPosted::New);
     }
+    let sql = include_str!("../queries/ledger/get_entry.sql");
+    existing(c, sql, &p.entry_key, p.lease, row::ledger_entry).map(LedgerPosted::Duplicate)
+}
+
+pub(crate) fn ledger_verify(c: &Connection) -> StoreResult<Vec<LedgerMismatch>> {
+    rows(
+        c,
+        include_str!("../queries/ledger/verify.sql"),
+        [],
+        row::ledger_mismatch,
+    )
+}
+
+pub(crate) fn ledger_rebuild(c: &Connection, accounts: &[LedgerMismatch]) -> StoreResult<()> {
+    let mut stmt = c
+        .prepare_cached(include_str!("../queries/ledger/set_balance.sql"))
+        .map_err(interpret_error)?;
+    for a in accounts {
+        stmt.execute(params![a.account, None::<i64>])
+            .map_err(interpret_error)?;
+    }
+    Ok(())
+}
+
+/// The record under `key` that a guarded insert found taken; none means the insert's
+/// fence guard refused it, so the claim is not current.
+fn existing<T>(
+    c: &Connection,
+    sql: &str,
+    key: &str,
+    lease: LeaseToken,
+    decode: fn(&Row<'_>) -> StoreResult<T>,
+) -> StoreResult<T> {
+    rows(c, sql, [key], decode)?
+        .pop()
+        .ok_or(StoreError::LeaseLost {
+            job_id: lease.job_id,
+            fence: lease.fence,
+        })
 }

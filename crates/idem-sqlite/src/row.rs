@@ -2,8 +2,8 @@
 
 use chrono::TimeZone;
 use idem_store::{
-    AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, QueueCount, StoreError, StoreResult,
-    Timestamp,
+    AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, LedgerEntry, LedgerMismatch,
+    QueueCount, StoreError, StoreResult, Timestamp,
 };
 use rusqlite::Row;
 use rusqlite::types::FromSql;
@@ -33,6 +33,27 @@ fn ts(row: &Row<'_>, col: &str) -> StoreResult<Timestamp> {
 
 fn opt_ts(row: &Row<'_>, col: &str) -> StoreResult<Option<Timestamp>> {
     get::<Option<i64>>(row, col)?.map(ms_to_ts).transpose()
+}
+
+/// A row of `ledger/get_entry.sql`.
+pub(crate) fn ledger_entry(row: &Row<'_>) -> StoreResult<LedgerEntry> {
+    Ok(LedgerEntry {
+        entry_key: get(row, "entry_key")?,
+        account: get(row, "account")?,
+        amount: get(row, "amount")?,
+        job_id: get(row, "job_id")?,
+        created_at: ts(row, "created_at")?,
+    })
+}
+
+/// A row of `ledger/verify.sql`.
+pub(crate) fn ledger_mismatch(row: &Row<'_>) -> StoreResult<LedgerMismatch> {
+    Ok(LedgerMismatch {
+        account: get(row, "account")?,
+        balance: get(row, "balance")?,
+        sum: get(row, "sum")?,
+        entries: get(row, "entries")?,
+    })
 }
 
 /// A row of `job/insert.sql`.

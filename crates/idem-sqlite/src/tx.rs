@@ -12,8 +12,8 @@ use std::any::Any;
 use async_trait::async_trait;
 use idem_store::{
     Backend, EffectClaim, EffectClaimed, JobCancel, JobClaim, JobComplete, JobCompleteMany,
-    JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal, SqlValue,
-    StoreResult, StoreTx,
+    JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal, LedgerMismatch,
+    LedgerPost, LedgerPosted, SqlValue, StoreResult, StoreTx,
 };
 use rusqlite::Connection;
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -144,6 +144,14 @@ impl StoreTx for SqliteTx {
 
     async fn effect_claim(&mut self, p: EffectClaim) -> StoreResult<EffectClaimed> {
         self.run(move |c| ops::effect_claim(c, &p)).await
+    }
+
+    async fn ledger_post(&mut self, p: LedgerPost) -> StoreResult<LedgerPosted> {
+        self.run(move |c| ops::ledger_post(c, &p)).await
+    }
+
+    async fn ledger_rebuild(&mut self, accounts: Vec<LedgerMismatch>) -> StoreResult<()> {
+        self.run(move |c| ops::ledger_rebuild(c, &accounts)).await
     }
 
     async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> StoreResult<u64> {

@@ -3,11 +3,17 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    job_cancel::*, job_claim::*, job_finish::*, job_insert::*, job_lease::*, job_read::*,
-    job_rescue::*, migrate::*, tx::*,
+    effect::*, job_cancel::*, job_claim::*, job_finish::*, job_insert::*, job_lease::*,
+    job_read::*, job_rescue::*, ledger::*, migrate::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
+    // effect
+    effect_claim_commits_with_its_transaction,
+    effect_claim_refuses_a_stale_claim,
+    // ledger
+    ledger_posts_once_and_repair_rebuilds,
+    ledger_post_refuses_a_stale_claim,
     // migrate
     migrate_is_idempotent,
     migrate_creates_the_tables,

@@ -18,6 +18,7 @@
 mod effect;
 mod error;
 mod job;
+mod ledger;
 pub mod migration;
 mod store;
 mod value;
@@ -29,6 +30,7 @@ pub use job::{
     JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal,
     LeaseToken, NewJob, QueueCount,
 };
+pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
 pub use store::{Store, StoreTx, Wakeups};
 pub use value::SqlValue;
 

@@ -59,6 +59,22 @@ pub trait Store: Send + Sync + 'static {
     /// Closes the pool; later calls fail with [`crate::StoreError::Unavailable`].
     async fn close(&self);
 
+    /// Every account whose running total differs from the sum of its entries (including
+    /// accounts with entries and no total).
+    async fn ledger_verify(&self) -> StoreResult<Vec<crate::LedgerMismatch>>;
+
+    /// Sets every mismatched running total to the sum of its entries, in one transaction;
+    /// returns what it changed. With `apply: false` it only returns what it would change.
+    async fn ledger_repair(&self, apply: bool) -> StoreResult<Vec<crate::LedgerMismatch>> {
+        let found = self.ledger_verify().await?;
+        if apply && !found.is_empty() {
+            let mut tx = self.begin().await?;
+            tx.ledger_rebuild(found.clone()).await?;
+            tx.commit().await?;
+        }
+        Ok(found)
+    }
+
     /// Whether this store can carry wake-ups between processes ([`Store::announce`],
     /// [`Store::subscribe`]). Without it, workers in other processes find new jobs by
     /// polling.
@@ -187,6 +203,14 @@ pub trait StoreTx: Send {
         &mut self,
         params: crate::EffectClaim,
     ) -> StoreResult<crate::EffectClaimed>;
+
+    /// Posts a ledger entry and moves its account's running total, in this transaction,
+    /// guarded by the claim's fence: [`crate::LedgerPosted::Duplicate`] (nothing changed)
+    /// when the entry key exists; [`crate::StoreError::LeaseLost`] when the claim is stale.
+    async fn ledger_post(&mut self, params: crate::LedgerPost) -> StoreResult<crate::LedgerPosted>;
+
+    /// Sets the running total of each listed account to the sum of its entries.
+    async fn ledger_rebuild(&mut self, accounts: Vec<crate::LedgerMismatch>) -> StoreResult<()>;
 
     /// Runs a caller's statement in this transaction; returns the rows affected.
     /// Placeholders are `$1`, `$2`, … on every store.

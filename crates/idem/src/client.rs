@@ -9,8 +9,8 @@ use std::sync::Arc;
 use idem_postgres::{PgOptions, PgStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_store::{
-    AttemptRow, JobCancel, JobInsert, JobList, JobRescue, JobRow, QueueCount, SqlValue, Store,
-    StoreTx,
+    AttemptRow, JobCancel, JobInsert, JobList, JobRescue, JobRow, LedgerMismatch, QueueCount,
+    SqlValue, Store, StoreTx,
 };
 
 use crate::clock::{Clock, DatabaseClock};
@@ -184,6 +184,17 @@ impl Idem {
             let unique: BTreeSet<&str> = queues.collect();
             self.waker.jobs_waiting(&self.store, unique);
         }
+    }
+
+    /// Every ledger account whose running total differs from the sum of its entries.
+    pub async fn ledger_verify(&self) -> Result<Vec<LedgerMismatch>, IdemError> {
+        Ok(self.store.ledger_verify().await?)
+    }
+
+    /// Rebuilds mismatched running totals from their entries in one transaction when
+    /// `apply`; otherwise only reports what it would change (a dry run).
+    pub async fn ledger_repair(&self, apply: bool) -> Result<Vec<LedgerMismatch>, IdemError> {
+        Ok(self.store.ledger_repair(apply).await?)
     }
 
     /// A worker over this client's store and clock.

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Notify;
 
 use idem_store::{
-    EffectClaim, EffectClaimed, JobComplete, JobInsert, JobLock, JobRow, LeaseToken, SqlValue,
-    Store, StoreTx,
+    EffectClaim, EffectClaimed, JobComplete, JobInsert, JobLock, JobRow, LeaseToken, LedgerPost,
+    LedgerPosted, SqlValue, Store, StoreTx,
 };
 
 use crate::client::Idem;
@@ -155,6 +155,27 @@ impl<'a> EffectTx<'a> {
         Ok(self.tx.effect_claim(params).await?)
     }
 
+    /// Posts a ledger entry keyed by the identity of the event it records
+    /// (`EffectKey::new("transfer").part(id).part("debit")`) and moves `account`'s running
+    /// total by `amount`, in this transaction. A duplicate post (the key exists) changes
+    /// nothing and answers [`LedgerPosted::Duplicate`] with the entry that was posted.
+    pub async fn ledger_post(
+        &mut self,
+        entry: &EffectKey,
+        account: &str,
+        amount: i64,
+    ) -> Result<LedgerPosted, IdemError> {
+        check_account(account)?;
+        let params = LedgerPost {
+            entry_key: entry.render()?,
+            account: account.to_owned(),
+            amount,
+            lease: self.cx.lease(),
+            now: self.cx.idem.clock.now(),
+        };
+        Ok(self.tx.ledger_post(params).await?)
+    }
+
     /// Enqueues follow-up jobs that commit with the effect.
     pub async fn enqueue_many(&mut self, jobs: Vec<Job>) -> Result<Vec<JobRow>, IdemError> {
         let jobs = jobs
@@ -196,4 +217,18 @@ impl<'a> EffectTx<'a> {
         cx.idem.jobs_waiting(self.queues.iter().map(String::as_str));
         Ok(cx)
     }
+}
+
+/// Checks a ledger account name: 1 to 255 characters, no whitespace or control characters.
+fn check_account(account: &str) -> Result<(), IdemError> {
+    let bad = account.is_empty()
+        || account.len() > 255
+        || account.chars().any(|c| c.is_whitespace() || c.is_control());
+    if bad {
+        return Err(IdemError::InvalidKey(format!(
+            "ledger account {account:?} is not valid: use 1 to 255 characters without \
+             whitespace or control characters (e.g. \"customer:42:wallet\")"
+        )));
+    }
+    Ok(())
 }

@@ -61,7 +61,8 @@ pub use error::{IdemError, JobError, JobErrorKind};
 pub use handler::{EffectClass, Handler};
 pub use idem_store::{
     AttemptOutcome, AttemptRow, Backend, EffectClaimed, EffectRecord, JobList, JobRow, JobState,
-    LeaseToken, QueueCount, SqlValue, Store, StoreError, StoreTx, Timestamp,
+    LeaseToken, LedgerEntry, LedgerMismatch, LedgerPosted, QueueCount, SqlValue, Store, StoreError,
+    StoreTx, Timestamp,
 };
 pub use job::Job;
 pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerReport};

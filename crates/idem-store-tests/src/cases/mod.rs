@@ -6,6 +6,7 @@
 //! injected time for every time-dependent rule, and await concurrent work with signals.
 //! Case names start with their area, so a list of them reads as a table of contents.
 
+pub mod effect;
 pub mod job_cancel;
 pub mod job_claim;
 pub mod job_finish;
@@ -13,5 +14,6 @@ pub mod job_insert;
 pub mod job_lease;
 pub mod job_read;
 pub mod job_rescue;
+pub mod ledger;
 pub mod migrate;
 pub mod tx;

@@ -1,0 +1,78 @@
+//! `effect_claim`: the effect key's record commits or rolls back with its transaction,
+//! the unique key answers every repeat with the record of the claim that made the
+//! effect, and a claim that is not current cannot record a key.
+
+use idem_store::{EffectClaim, EffectClaimed, JobLock, JobRow, LeaseToken};
+
+use crate::TestDb;
+use crate::fixture::{at, job_in, reclaimed, running, t0};
+
+fn claim_of(key: &str, job: &JobRow) -> EffectClaim {
+    EffectClaim {
+        key: key.into(),
+        kind: key.split(':').next().unwrap_or(key).into(),
+        lease: job.lease_token(),
+        now: Some(at(1_000)),
+    }
+}
+
+/// A claim rolled back leaves no key; a committed one answers every later claim, of any
+/// job, with its record.
+pub async fn effect_claim_commits_with_its_transaction(db: &TestDb) {
+    let first = running(db, job_in("e1", "thumb"), t0()).await;
+    for _ in 0..2 {
+        let mut tx = db.store.begin().await.expect("begin");
+        tx.job_lock(JobLock {
+            lease: first.lease_token(),
+        })
+        .await
+        .expect("lock");
+        let got = tx.effect_claim(claim_of("thumbnail:7:640", &first)).await;
+        assert_eq!(got.expect("claim"), EffectClaimed::New);
+        tx.rollback().await.expect("rollback");
+    }
+    let mut tx = db.store.begin().await.expect("begin");
+    let got = tx.effect_claim(claim_of("thumbnail:7:640", &first)).await;
+    assert_eq!(got.expect("claim"), EffectClaimed::New);
+    tx.commit().await.expect("commit");
+    let other = running(db, job_in("e2", "thumb"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    match tx
+        .effect_claim(claim_of("thumbnail:7:640", &other))
+        .await
+        .expect("claim")
+    {
+        EffectClaimed::Done(r) => {
+            assert_eq!(
+                (r.job_id, r.fence, r.created_at),
+                (first.id, first.fence, at(1_000))
+            );
+        }
+        EffectClaimed::New => panic!("a committed key must not be claimable again"),
+    }
+    tx.rollback().await.expect("rollback");
+}
+
+/// A claim whose fence is no longer current cannot record a key: `LeaseLost`.
+pub async fn effect_claim_refuses_a_stale_claim(db: &TestDb) {
+    let current = reclaimed(db, job_in("e3", "mail"), t0()).await;
+    let stale = JobRow {
+        fence: current.fence - 1,
+        ..current.clone()
+    };
+    let mut tx = db.store.begin().await.expect("begin");
+    let err = tx
+        .effect_claim(claim_of("mail:1", &stale))
+        .await
+        .unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    let lease: LeaseToken = current.lease_token();
+    assert!(
+        tx.effect_claim(claim_of("mail:1", &current))
+            .await
+            .expect("current")
+            .is_new()
+    );
+    assert_eq!(lease.fence, current.fence);
+    tx.rollback().await.expect("rollback");
+}

@@ -1,0 +1,99 @@
+//! `ledger_post`, `ledger_verify`, `ledger_repair`: an entry and its account's running
+//! total move together; a duplicate entry key changes nothing; verify finds a total that
+//! differs from its entries and repair rebuilds it (a dry run first); a claim that is
+//! not current cannot post.
+
+use idem_store::{JobRow, LedgerPost, LedgerPosted, SqlValue};
+
+use crate::TestDb;
+use crate::fixture::{job_in, reclaimed, running, t0};
+
+fn post(job: &JobRow, key: &str, account: &str, amount: i64) -> LedgerPost {
+    LedgerPost {
+        entry_key: key.into(),
+        account: account.into(),
+        amount,
+        lease: job.lease_token(),
+        now: None,
+    }
+}
+
+async fn balances(db: &TestDb) -> Vec<(String, i64)> {
+    let sql = "SELECT account, balance FROM idem_ledger_balance ORDER BY account";
+    let rows = db.store.query(sql, &[]).await.expect("balances");
+    rows.into_iter()
+        .map(|r| match r.as_slice() {
+            [SqlValue::Text(a), SqlValue::Int(b)] => (a.clone(), *b),
+            other => panic!("unexpected balance row {other:?}"),
+        })
+        .collect()
+}
+
+/// Posts move totals once per entry key; verify finds a corrupted total; repair rebuilds.
+pub async fn ledger_posts_once_and_repair_rebuilds(db: &TestDb) {
+    let job = running(db, job_in("l1", "transfer"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    for (key, account, amount) in [
+        ("e1", "alice", -30),
+        ("e2", "alice", -20),
+        ("e3", "bob", 50),
+    ] {
+        assert!(
+            tx.ledger_post(post(&job, key, account, amount))
+                .await
+                .expect("post")
+                .is_new()
+        );
+    }
+    match tx
+        .ledger_post(post(&job, "e3", "bob", 999))
+        .await
+        .expect("repeat")
+    {
+        LedgerPosted::Duplicate(e) => assert_eq!(
+            (e.account.as_str(), e.amount, e.job_id),
+            ("bob", 50, job.id)
+        ),
+        LedgerPosted::New => panic!("a second post of e3 must change nothing"),
+    }
+    let corrupt = "UPDATE idem_ledger_balance SET balance = balance + 5 WHERE account = 'alice'";
+    tx.execute(corrupt, &[]).await.expect("corrupt");
+    tx.commit().await.expect("commit");
+    let found = db.store.ledger_verify().await.expect("verify");
+    assert_eq!(found.len(), 1, "{found:?}");
+    let m = &found[0];
+    assert_eq!(
+        (m.account.as_str(), m.balance, m.sum, m.entries),
+        ("alice", Some(-45), -50, 2)
+    );
+    assert_eq!(db.store.ledger_repair(false).await.expect("dry run"), found);
+    assert_eq!(
+        db.store.ledger_verify().await.expect("verify"),
+        found,
+        "a dry run writes nothing"
+    );
+    assert_eq!(db.store.ledger_repair(true).await.expect("repair"), found);
+    assert!(db.store.ledger_verify().await.expect("verify").is_empty());
+    assert_eq!(
+        balances(db).await,
+        vec![("alice".into(), -50), ("bob".into(), 50)]
+    );
+}
+
+/// A claim whose fence is no longer current cannot post: `LeaseLost`, nothing moves.
+pub async fn ledger_post_refuses_a_stale_claim(db: &TestDb) {
+    let current = reclaimed(db, job_in("l2", "transfer"), t0()).await;
+    let stale = JobRow {
+        fence: current.fence - 1,
+        ..current.clone()
+    };
+    let mut tx = db.store.begin().await.expect("begin");
+    let err = tx
+        .ledger_post(post(&stale, "late", "alice", -1))
+        .await
+        .unwrap_err();
+    assert!(err.is_lease_lost(), "{err}");
+    tx.commit().await.expect("commit");
+    assert!(balances(db).await.is_empty());
+    assert!(db.store.ledger_verify().await.expect("verify").is_empty());
+}
