@@ -126,9 +126,39 @@ impl Handler for ReceiptMail {
     }
 }
 
+#[derive(Deserialize)]
+struct TransferArgs {
+    id: i64,
+    from: String,
+    to: String,
+    amount: i64,
+}
+
+/// The demo's ledger transfer: a debit and a credit keyed by the transfer, posted with
+/// the completion in one fenced transaction.
+struct Transfer;
+
+impl Handler for Transfer {
+    const KIND: &'static str = "transfer";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = TransferArgs;
+
+    async fn run(&self, cx: &mut JobContext, t: TransferArgs) -> Result<(), JobError> {
+        let mut tx = cx.begin().await?;
+        let key = |side: &str| EffectKey::new("transfer").part(t.id).part(side);
+        tx.ledger_post(&key("debit"), &t.from, -t.amount).await?;
+        tx.ledger_post(&key("credit"), &t.to, t.amount).await?;
+        tx.complete().await?;
+        Ok(())
+    }
+}
+
 /// The job kinds this binary runs (the demo's), with their effect classes.
 pub fn kinds() -> Vec<(String, idem::EffectClass)> {
-    vec![(ReceiptMail::KIND.to_owned(), ReceiptMail::EFFECT)]
+    vec![
+        (ReceiptMail::KIND.to_owned(), ReceiptMail::EFFECT),
+        (Transfer::KIND.to_owned(), Transfer::EFFECT),
+    ]
 }
 
 /// The hidden worker process.
@@ -146,6 +176,7 @@ pub async fn worker(args: DemoWorkerArgs, url: String) -> anyhow::Result<ExitCod
         work: Duration::from_millis(args.work_ms),
         worker: args.name,
     })?;
+    w.register(Transfer)?;
     let running = w.start();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
@@ -187,10 +218,25 @@ pub async fn run(args: DemoArgs, url: Option<String>) -> anyhow::Result<ExitCode
     })
 }
 
-/// Every 25th job repeats the previous order: a producer that sent the same request
-/// twice. The effect key `receipt-mail:{order_id}` makes the second a no-op.
-fn order_of(i: usize) -> usize {
-    if i % 25 == 24 { i - 1 } else { i }
+/// Job `i` of the demo: every third job is a ledger transfer, the others receipt mails.
+/// Every 25th mail or transfer repeats the previous one, as a producer that sent the same
+/// request twice would; the effect key (`receipt-mail:{order}`, `transfer:{id}:debit`)
+/// makes the repeat a no-op.
+fn demo_job(i: usize) -> Job {
+    let repeat = |n: usize| if n % 25 == 24 { n - 1 } else { n };
+    if i % 3 == 2 {
+        let id = repeat(i / 3);
+        let from = id % 10;
+        let to = (from + 1 + id % 9) % 10;
+        let args = serde_json::json!({
+            "id": id, "from": format!("acct-{from}"), "to": format!("acct-{to}"),
+            "amount": 1 + id % 97,
+        });
+        Job::new("transfer", args).queue(QUEUE)
+    } else {
+        let order_id = repeat(i);
+        Job::new("receipt-mail", serde_json::json!({"order_id": order_id})).queue(QUEUE)
+    }
 }
 
 async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {
@@ -199,13 +245,7 @@ async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {
     tx.commit().await?;
     let (mut first, mut last) = (i64::MAX, i64::MIN);
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let jobs = chunk
-            .iter()
-            .map(|i| {
-                let order_id = order_of(*i);
-                Job::new("receipt-mail", serde_json::json!({"order_id": order_id})).queue(QUEUE)
-            })
-            .collect();
+        let jobs = chunk.iter().map(|i| demo_job(*i)).collect();
         for row in idem.enqueue_many(jobs).await? {
             first = first.min(row.id);
             last = last.max(row.id);
@@ -437,10 +477,11 @@ async fn busiest(idem: &Idem, fleet: &Fleet) -> anyhow::Result<usize> {
 }
 
 async fn scalar(idem: &Idem, sql: &str, ids: (i64, i64)) -> anyhow::Result<i64> {
-    let rows = idem
-        .store()
-        .query(sql, &[ids.0.into(), ids.1.into()])
-        .await?;
+    scalar_of(idem, sql, &[ids.0.into(), ids.1.into()]).await
+}
+
+async fn scalar_of(idem: &Idem, sql: &str, args: &[SqlValue]) -> anyhow::Result<i64> {
+    let rows = idem.store().query(sql, args).await?;
     match rows.first().and_then(|r| r.first()) {
         Some(SqlValue::Int(n)) => Ok(*n),
         other => bail!("unexpected result {other:?} for {sql}"),
@@ -454,10 +495,15 @@ async fn finished(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<usize> {
 }
 
 const ORDERS: &str = "SELECT count(DISTINCT CAST(args ->> 'order_id' AS BIGINT)) FROM idem_job \
-                      WHERE id BETWEEN $1 AND $2";
+                      WHERE id BETWEEN $1 AND $2 AND kind = 'receipt-mail'";
 const MISSING: &str = "SELECT count(DISTINCT CAST(j.args ->> 'order_id' AS BIGINT)) FROM idem_job j \
-                       WHERE j.id BETWEEN $1 AND $2 AND NOT EXISTS (SELECT 1 FROM demo_outbox o \
+                       WHERE j.id BETWEEN $1 AND $2 AND j.kind = 'receipt-mail' \
+                       AND NOT EXISTS (SELECT 1 FROM demo_outbox o \
                        WHERE o.order_id = CAST(j.args ->> 'order_id' AS BIGINT))";
+const LEDGER_SUM: &str =
+    "SELECT CAST(coalesce(sum(balance), 0) AS BIGINT) FROM idem_ledger_balance";
+const TRANSFERS: &str = "SELECT count(DISTINCT CAST(args ->> 'id' AS BIGINT)) FROM idem_job \
+                         WHERE id BETWEEN $1 AND $2 AND kind = 'transfer'";
 
 /// What the database says after the run.
 struct Verdict {
@@ -467,6 +513,10 @@ struct Verdict {
     lost: i64,
     orders: i64,
     deduplicated: i64,
+    transfers: i64,
+    ledger_entries_extra: i64,
+    ledger_mismatches: usize,
+    ledger_sum: i64,
     duplicate_effects: i64,
     missing_effects: i64,
     stale_effects: i64,
@@ -476,6 +526,9 @@ struct Verdict {
 impl Verdict {
     fn ok(&self) -> bool {
         self.lost == 0
+            && self.ledger_entries_extra == 0
+            && self.ledger_mismatches == 0
+            && self.ledger_sum == 0
             && self.duplicate_effects == 0
             && self.missing_effects == 0
             && self.stale_effects == 0
@@ -496,8 +549,14 @@ async fn verify(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Verdict> {
         dead,
         lost: enqueued - completed - dead,
         orders: q(ORDERS).await?,
+        transfers: q(TRANSFERS).await?,
+        ledger_entries_extra: q("SELECT count(*) FROM idem_ledger_entry WHERE job_id BETWEEN $1 AND $2")
+            .await?
+            - 2 * q(TRANSFERS).await?,
+        ledger_mismatches: idem.ledger_verify().await?.len(),
+        ledger_sum: scalar_of(idem, LEDGER_SUM, &[]).await?,
         deduplicated: q("SELECT count(*) FROM idem_job j WHERE j.id BETWEEN $1 AND $2 \
-                         AND j.state = 'completed' \
+                         AND j.kind = 'receipt-mail' AND j.state = 'completed' \
                          AND NOT EXISTS (SELECT 1 FROM demo_outbox o WHERE o.job_id = j.id)").await?,
         duplicate_effects: q("SELECT count(*) - count(DISTINCT order_id) FROM demo_outbox \
                               WHERE job_id BETWEEN $1 AND $2").await?,
@@ -529,10 +588,23 @@ fn print_report(
     line("jobs completed", v.completed.to_string());
     line("jobs dead-lettered", v.dead.to_string());
     line("jobs lost", v.lost.to_string());
-    line("orders (distinct effect keys)", v.orders.to_string());
+    line("receipt mails: orders", v.orders.to_string());
     line(
-        "repeated requests made no effect",
+        "repeated mail requests made no effect",
         v.deduplicated.to_string(),
+    );
+    line("ledger transfers (distinct)", v.transfers.to_string());
+    line(
+        "ledger entries beyond two per transfer",
+        v.ledger_entries_extra.to_string(),
+    );
+    line(
+        "ledger totals unequal to their entries",
+        v.ledger_mismatches.to_string(),
+    );
+    line(
+        "sum of all ledger totals (must be 0)",
+        v.ledger_sum.to_string(),
     );
     line(
         "duplicate effects (outbox)",
@@ -546,7 +618,7 @@ fn print_report(
     println!(
         "verdict: {}",
         if v.ok() {
-            "OK: every job completed, every order has exactly one mail"
+            "OK: every job completed, every order has one mail, every transfer moved money once"
         } else {
             "FAILED"
         }
