@@ -50,6 +50,7 @@ mod error;
 mod handler;
 mod job;
 pub mod retry;
+mod transition;
 mod wake;
 mod worker;
 
@@ -65,4 +66,5 @@ pub use idem_store::{
     StoreTx, Timestamp,
 };
 pub use job::Job;
+pub use transition::{Guard, Transition};
 pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerReport};
