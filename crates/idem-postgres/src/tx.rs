@@ -12,10 +12,10 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptOutcome, Backend, EffectClaim, EffectClaimed, JobCancel, JobClaim, JobComplete,
-    JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal,
-    LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted, SqlValue, StoreError, StoreResult,
-    StoreTx, Timestamp,
+    AttemptOutcome, Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, JobCancel,
+    JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue,
+    JobRow, LeaseRenewal, LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted, SqlValue,
+    StoreError, StoreResult, StoreTx, Timestamp,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -269,6 +269,40 @@ impl StoreTx for PgTx {
             .existing(get, &p.entry_key, p.lease, row::ledger_entry)
             .await?;
         Ok(LedgerPosted::Duplicate(entry))
+    }
+
+    async fn counter_next(&mut self, p: CounterNext) -> StoreResult<CounterAssigned> {
+        sqlx::query(include_str!("../queries/counter/lock.sql"))
+            .bind(&p.counter)
+            .execute(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        let found: Option<i64> = sqlx::query_scalar(include_str!("../queries/counter/find.sql"))
+            .bind(&p.key)
+            .bind(&p.counter)
+            .fetch_optional(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
+        if let Some(number) = found {
+            return Ok(CounterAssigned { number, new: false });
+        }
+        let assigned: Option<i64> =
+            sqlx::query_scalar(include_str!("../queries/counter/assign.sql"))
+                .bind(&p.counter)
+                .bind(&p.key)
+                .bind(p.lease.job_id)
+                .bind(p.lease.fence)
+                .bind(p.now)
+                .fetch_optional(&mut *self.tx)
+                .await
+                .map_err(interpret_error)?;
+        match assigned {
+            Some(number) => Ok(CounterAssigned { number, new: true }),
+            None => Err(StoreError::LeaseLost {
+                job_id: p.lease.job_id,
+                fence: p.lease.fence,
+            }),
+        }
     }
 
     async fn ledger_rebuild(&mut self, accounts: Vec<LedgerMismatch>) -> StoreResult<()> {

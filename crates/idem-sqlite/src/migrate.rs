@@ -23,6 +23,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "ledger",
         sql: include_str!("../migrations/0003_ledger.sql"),
     },
+    Migration {
+        version: 4,
+        name: "counter",
+        sql: include_str!("../migrations/0004_counter.sql"),
+    },
 ];
 
 /// Applies pending migrations; returns how many ran. Runs on the writer thread inside

@@ -7,10 +7,10 @@
 //! (`prepare_cached`), with `?N` placeholders bound by number.
 
 use idem_store::{
-    AttemptOutcome, AttemptRow, EffectClaim, EffectClaimed, JobCancel, JobClaim, JobComplete,
-    JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRow,
-    LeaseRenewal, LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted, QueueCount, StoreError,
-    StoreResult, Timestamp,
+    AttemptOutcome, AttemptRow, CounterAssigned, CounterNext, EffectClaim, EffectClaimed,
+    JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList,
+    JobLock, JobRescue, JobRow, LeaseRenewal, LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted,
+    QueueCount, StoreError, StoreResult, Timestamp,
 };
 use rusqlite::{Connection, Params, Row, params};
 
@@ -347,4 +347,38 @@ fn existing<T>(
             job_id: lease.job_id,
             fence: lease.fence,
         })
+}
+
+pub(crate) fn counter_next(c: &Connection, p: &CounterNext) -> StoreResult<CounterAssigned> {
+    let one = |r: &Row<'_>| r.get::<_, i64>(0).map_err(interpret_error);
+    rows(
+        c,
+        include_str!("../queries/counter/lock.sql"),
+        [&p.counter],
+        one,
+    )?;
+    let find = include_str!("../queries/counter/find.sql");
+    if let Some(number) = rows(c, find, [&p.key, &p.counter], one)?.pop() {
+        return Ok(CounterAssigned { number, new: false });
+    }
+    let bump = include_str!("../queries/counter/bump.sql");
+    let args = params![p.counter, p.lease.job_id, p.lease.fence];
+    let Some(number) = rows(c, bump, args, one)?.pop() else {
+        return Err(StoreError::LeaseLost {
+            job_id: p.lease.job_id,
+            fence: p.lease.fence,
+        });
+    };
+    let assign = include_str!("../queries/counter/assign.sql");
+    let args = params![
+        p.counter,
+        p.key,
+        number,
+        p.lease.job_id,
+        p.now.map(ts_to_ms)
+    ];
+    c.prepare_cached(assign)
+        .and_then(|mut s| s.execute(args))
+        .map_err(interpret_error)?;
+    Ok(CounterAssigned { number, new: true })
 }

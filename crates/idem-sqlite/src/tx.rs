@@ -11,9 +11,9 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    Backend, EffectClaim, EffectClaimed, JobCancel, JobClaim, JobComplete, JobCompleteMany,
-    JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow, LeaseRenewal, LedgerMismatch,
-    LedgerPost, LedgerPosted, SqlValue, StoreResult, StoreTx,
+    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, JobCancel, JobClaim,
+    JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow,
+    LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, SqlValue, StoreResult, StoreTx,
 };
 use rusqlite::Connection;
 use tokio::sync::{Mutex, OwnedMutexGuard};
@@ -148,6 +148,10 @@ impl StoreTx for SqliteTx {
 
     async fn ledger_post(&mut self, p: LedgerPost) -> StoreResult<LedgerPosted> {
         self.run(move |c| ops::ledger_post(c, &p)).await
+    }
+
+    async fn counter_next(&mut self, p: CounterNext) -> StoreResult<CounterAssigned> {
+        self.run(move |c| ops::counter_next(c, &p)).await
     }
 
     async fn ledger_rebuild(&mut self, accounts: Vec<LedgerMismatch>) -> StoreResult<()> {

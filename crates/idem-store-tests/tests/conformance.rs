@@ -3,11 +3,14 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    effect::*, job_cancel::*, job_claim::*, job_finish::*, job_insert::*, job_lease::*,
+    counter::*, effect::*, job_cancel::*, job_claim::*, job_finish::*, job_insert::*, job_lease::*,
     job_read::*, job_rescue::*, ledger::*, migrate::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
+    // counter
+    counter_numbers_have_no_gaps_and_repeat_per_key,
+    counter_next_refuses_a_stale_claim,
     // effect
     effect_claim_commits_with_its_transaction,
     effect_claim_refuses_a_stale_claim,

@@ -15,6 +15,7 @@
 //!   wrappers that open one, call the [`StoreTx`] method and commit.
 #![warn(missing_docs)]
 
+mod counter;
 mod effect;
 mod error;
 mod job;
@@ -23,6 +24,7 @@ pub mod migration;
 mod store;
 mod value;
 
+pub use counter::{CounterAssigned, CounterNext};
 pub use effect::{EffectClaim, EffectClaimed, EffectRecord};
 pub use error::{StoreError, StoreResult};
 pub use job::{

@@ -209,6 +209,13 @@ pub trait StoreTx: Send {
     /// when the entry key exists; [`crate::StoreError::LeaseLost`] when the claim is stale.
     async fn ledger_post(&mut self, params: crate::LedgerPost) -> StoreResult<crate::LedgerPosted>;
 
+    /// Returns the number effect key `key` has on `counter`, or assigns it the counter's
+    /// next one, in this transaction, guarded by the claim's fence.
+    async fn counter_next(
+        &mut self,
+        params: crate::CounterNext,
+    ) -> StoreResult<crate::CounterAssigned>;
+
     /// Sets the running total of each listed account to the sum of its entries.
     async fn ledger_rebuild(&mut self, accounts: Vec<crate::LedgerMismatch>) -> StoreResult<()>;
 

@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Notify;
 
 use idem_store::{
-    EffectClaim, EffectClaimed, JobComplete, JobInsert, JobLock, JobRow, LeaseToken, LedgerPost,
-    LedgerPosted, SqlValue, Store, StoreTx,
+    CounterAssigned, CounterNext, EffectClaim, EffectClaimed, JobComplete, JobInsert, JobLock,
+    JobRow, LeaseToken, LedgerPost, LedgerPosted, SqlValue, Store, StoreTx,
 };
 
 use crate::client::Idem;
@@ -176,6 +176,26 @@ impl<'a> EffectTx<'a> {
         Ok(self.tx.ledger_post(params).await?)
     }
 
+    /// The number of `counter` that belongs to the effect `key`: the counter's next one the
+    /// first time, committed with the effect, and the same number on every later call for
+    /// the same key (a retry of an effect already done). An attempt that rolls back gives
+    /// its number back, so retries leave no gaps, unlike a database sequence, whose
+    /// `nextval` is never rolled back.
+    pub async fn next_number(
+        &mut self,
+        counter: &str,
+        key: &EffectKey,
+    ) -> Result<CounterAssigned, IdemError> {
+        check_account(counter)?;
+        let params = CounterNext {
+            counter: counter.to_owned(),
+            key: key.render()?,
+            lease: self.cx.lease(),
+            now: self.cx.idem.clock.now(),
+        };
+        Ok(self.tx.counter_next(params).await?)
+    }
+
     /// Enqueues follow-up jobs that commit with the effect.
     pub async fn enqueue_many(&mut self, jobs: Vec<Job>) -> Result<Vec<JobRow>, IdemError> {
         let jobs = jobs
@@ -219,15 +239,16 @@ impl<'a> EffectTx<'a> {
     }
 }
 
-/// Checks a ledger account name: 1 to 255 characters, no whitespace or control characters.
+/// Checks a ledger account or counter name: 1 to 255 characters, no whitespace or control
+/// characters.
 fn check_account(account: &str) -> Result<(), IdemError> {
     let bad = account.is_empty()
         || account.len() > 255
         || account.chars().any(|c| c.is_whitespace() || c.is_control());
     if bad {
         return Err(IdemError::InvalidKey(format!(
-            "ledger account {account:?} is not valid: use 1 to 255 characters without \
-             whitespace or control characters (e.g. \"customer:42:wallet\")"
+            "ledger account or counter name {account:?} is not valid: use 1 to 255 \
+             characters without whitespace or control characters (e.g. \"customer:42:wallet\")"
         )));
     }
     Ok(())

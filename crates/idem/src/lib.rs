@@ -61,9 +61,9 @@ pub use effect::EffectKey;
 pub use error::{IdemError, JobError, JobErrorKind};
 pub use handler::{EffectClass, Handler};
 pub use idem_store::{
-    AttemptOutcome, AttemptRow, Backend, EffectClaimed, EffectRecord, JobList, JobRow, JobState,
-    LeaseToken, LedgerEntry, LedgerMismatch, LedgerPosted, QueueCount, SqlValue, Store, StoreError,
-    StoreTx, Timestamp,
+    AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, JobList,
+    JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch, LedgerPosted, QueueCount, SqlValue,
+    Store, StoreError, StoreTx, Timestamp,
 };
 pub use job::Job;
 pub use transition::{Guard, Transition};

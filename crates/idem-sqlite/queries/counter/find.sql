@@ -1,0 +1,2 @@
+-- The number effect key ?1 already has on counter ?2.
+SELECT number FROM idem_counter_number WHERE key = ?1 AND counter = ?2
