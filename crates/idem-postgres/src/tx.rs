@@ -55,10 +55,7 @@ impl PgTx {
             .map_err(interpret_error)?;
         match row {
             Some(r) => row::job(&r),
-            None => Err(StoreError::LeaseLost {
-                job_id: lease.job_id,
-                fence: lease.fence,
-            }),
+            None => Err(StoreError::lease_lost(lease)),
         }
     }
 
@@ -78,10 +75,7 @@ impl PgTx {
             .map_err(interpret_error)?;
         match found {
             Some(r) => decode(&r),
-            None => Err(StoreError::LeaseLost {
-                job_id: lease.job_id,
-                fence: lease.fence,
-            }),
+            None => Err(StoreError::lease_lost(lease)),
         }
     }
 
@@ -298,10 +292,7 @@ impl StoreTx for PgTx {
                 .map_err(interpret_error)?;
         match assigned {
             Some(number) => Ok(CounterAssigned { number, new: true }),
-            None => Err(StoreError::LeaseLost {
-                job_id: p.lease.job_id,
-                fence: p.lease.fence,
-            }),
+            None => Err(StoreError::lease_lost(p.lease)),
         }
     }
 

@@ -81,10 +81,7 @@ fn rows<T>(
 
 /// A job returned by a guarded statement, or `LeaseLost` when it returned none.
 fn guarded(jobs: Vec<JobRow>, lease: LeaseToken) -> StoreResult<JobRow> {
-    jobs.into_iter().next().ok_or(StoreError::LeaseLost {
-        job_id: lease.job_id,
-        fence: lease.fence,
-    })
+    jobs.into_iter().next().ok_or(StoreError::lease_lost(lease))
 }
 
 fn sorted(mut jobs: Vec<JobRow>) -> Vec<JobRow> {
@@ -343,10 +340,7 @@ fn existing<T>(
 ) -> StoreResult<T> {
     rows(c, sql, [key], decode)?
         .pop()
-        .ok_or(StoreError::LeaseLost {
-            job_id: lease.job_id,
-            fence: lease.fence,
-        })
+        .ok_or(StoreError::lease_lost(lease))
 }
 
 pub(crate) fn counter_next(c: &Connection, p: &CounterNext) -> StoreResult<CounterAssigned> {
@@ -364,10 +358,7 @@ pub(crate) fn counter_next(c: &Connection, p: &CounterNext) -> StoreResult<Count
     let bump = include_str!("../queries/counter/bump.sql");
     let args = params![p.counter, p.lease.job_id, p.lease.fence];
     let Some(number) = rows(c, bump, args, one)?.pop() else {
-        return Err(StoreError::LeaseLost {
-            job_id: p.lease.job_id,
-            fence: p.lease.fence,
-        });
+        return Err(StoreError::lease_lost(p.lease));
     };
     let assign = include_str!("../queries/counter/assign.sql");
     let args = params![

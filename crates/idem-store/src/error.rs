@@ -79,6 +79,14 @@ impl StoreError {
         }
     }
 
+    /// [`StoreError::LeaseLost`] for `lease`.
+    pub fn lease_lost(lease: crate::LeaseToken) -> Self {
+        StoreError::LeaseLost {
+            job_id: lease.job_id,
+            fence: lease.fence,
+        }
+    }
+
     /// Shorthand for [`StoreError::NotFound`].
     pub fn not_found(what: impl Into<String>) -> Self {
         StoreError::NotFound { what: what.into() }
