@@ -1,9 +1,13 @@
-//! A worker process killed mid-job loses no job, on both stores: the child process
-//! claims the job and aborts inside the handler; after the lease expires (injected time)
-//! the job is rescued, runs again in this process and completes.
+//! Worker processes aborted at three points, on both stores. After the lease expires
+//! (injected time) the job is rescued and runs again in this process:
+//! - mid-job, before any effect: the job completes, nothing is lost;
+//! - after the effect transaction committed (without completing the job): the retry finds
+//!   the effect key done and does not repeat the effect;
+//! - inside the effect transaction, before commit: neither the key nor the effect is
+//!   visible, and the retry makes the effect once.
 //!
-//! The child is this same test binary, run with `--ignored --exact crash_child` and the
-//! database URL in `IDEM_CRASH_CHILD_URL`.
+//! The child is this same test binary, run with `--ignored --exact crash_child`, the
+//! database URL in `IDEM_CRASH_CHILD_URL` and the crash point in `IDEM_CRASH_POINT`.
 
 mod common;
 
@@ -13,38 +17,116 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use idem::{AttemptOutcome, EffectClass, Handler, Idem, Job, JobContext, JobError, JobState};
+use idem::{
+    AttemptOutcome, EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError, JobState,
+};
 use idem_store_tests::{TestDb, harness::within, open_store};
 
 const CHILD_ENV: &str = "IDEM_CRASH_CHILD_URL";
+const POINT_ENV: &str = "IDEM_CRASH_POINT";
 const MARKER: &str = "IDEM_CHILD_RUNNING";
 
-/// Aborts the process in the middle of the job.
-struct AbortMidJob;
+/// Where the child aborts.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Point {
+    MidJob,
+    AfterEffectCommit,
+    InsideEffectTx,
+}
 
-impl Handler for AbortMidJob {
+impl Point {
+    fn name(self) -> &'static str {
+        match self {
+            Point::MidJob => "mid-job",
+            Point::AfterEffectCommit => "after-effect-commit",
+            Point::InsideEffectTx => "inside-effect-tx",
+        }
+    }
+
+    fn parse(s: &str) -> Point {
+        [
+            Point::MidJob,
+            Point::AfterEffectCommit,
+            Point::InsideEffectTx,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
+        .unwrap_or_else(|| panic!("unknown crash point {s:?}"))
+    }
+}
+
+fn effect_key() -> EffectKey {
+    EffectKey::new("crash-mail").part(1)
+}
+
+/// Aborts the process at its crash point.
+struct AbortAt(Point);
+
+impl Handler for AbortAt {
     const KIND: &'static str = EFFECT_KIND;
     const EFFECT: EffectClass = EffectClass::Transactional;
     type Args = serde_json::Value;
 
     async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
-        let mut out = std::io::stdout().lock();
-        writeln!(
-            out,
-            "{MARKER} {} {}",
+        let (id, owner) = (
             cx.job().id,
-            cx.job().lease_owner.as_deref().unwrap_or("")
-        )
-        .and_then(|()| out.flush())
-        .expect("write marker");
+            cx.job().lease_owner.clone().unwrap_or_default(),
+        );
+        let lease = cx.lease();
+        if self.0 != Point::MidJob {
+            let mut tx = cx.begin().await?;
+            assert!(tx.claim_effect(&effect_key()).await?.is_new());
+            let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, 'child')";
+            tx.execute(sql, &[lease.job_id.into(), lease.fence.into()])
+                .await?;
+            if self.0 == Point::AfterEffectCommit {
+                tx.commit().await?;
+            } else {
+                marker(id, &owner);
+                std::process::abort(); // the transaction is open
+            }
+        }
+        marker(id, &owner);
         std::process::abort();
     }
 }
 
-/// The child process: a worker whose handler aborts. Runs only when spawned by
-/// `worker_killed_mid_job_loses_no_job`.
+fn marker(job_id: i64, owner: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{MARKER} {job_id} {owner}")
+        .and_then(|()| out.flush())
+        .expect("write marker");
+}
+
+/// Makes the effect only if its key is new, then completes; reports whether it was new.
+struct RetryEffect {
+    done: Once<bool>,
+}
+
+impl Handler for RetryEffect {
+    const KIND: &'static str = EFFECT_KIND;
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let lease = cx.lease();
+        let mut tx = cx.begin().await?;
+        let new = tx.claim_effect(&effect_key()).await?.is_new();
+        if new {
+            let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, 'parent')";
+            tx.execute(sql, &[lease.job_id.into(), lease.fence.into()])
+                .await?;
+        }
+        tx.complete().await?;
+        self.done.fire(new).await;
+        Ok(())
+    }
+}
+
+/// The child process: a worker whose handler aborts at the crash point. Runs only when
+/// spawned by the tests below.
 #[test]
-#[ignore = "run as a child process by worker_killed_mid_job_loses_no_job"]
+#[ignore = "run as a child process by the crash tests of this file"]
 fn crash_child() {
     let Ok(url) = std::env::var(CHILD_ENV) else {
         eprintln!("crash_child runs only as a child process ({CHILD_ENV} is unset)");
@@ -54,14 +136,15 @@ fn crash_child() {
     rt.block_on(async move {
         let store = open_store(&url).await.expect("child opens the store");
         let idem = Idem::from_store(store);
+        let point = Point::parse(&std::env::var(POINT_ENV).expect("crash point"));
         let mut w = idem.worker(config("crash", 1)).expect("worker");
-        w.register(AbortMidJob).expect("register");
+        w.register(AbortAt(point)).expect("register");
         let _running = w.start();
         std::future::pending::<()>().await;
     });
 }
 
-async fn run_child(url: &str) -> String {
+async fn run_child(url: &str, point: Point) -> String {
     let exe = std::env::current_exe().expect("test binary path");
     let child = tokio::process::Command::new(exe)
         .args([
@@ -72,6 +155,7 @@ async fn run_child(url: &str) -> String {
             "--test-threads=1",
         ])
         .env(CHILD_ENV, url)
+        .env(POINT_ENV, point.name())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -90,15 +174,16 @@ async fn run_child(url: &str) -> String {
     stdout
 }
 
-async fn worker_killed_mid_job_loses_no_job(db: &TestDb) {
+/// The child aborts at `point`; returns the job, the child's worker name, and what the
+/// store holds before the rescue (effect rows, effect keys).
+async fn crash_child_at(db: &TestDb, point: Point) -> (idem::JobRow, Vec<(i64, i64, String)>, i64) {
     let idem = client(db, None);
     create_effect_table(&idem).await;
     let job = idem
         .enqueue(Job::new(EFFECT_KIND, serde_json::json!({})).queue("crash"))
         .await
         .unwrap();
-
-    let stdout = run_child(&db.url).await;
+    let stdout = run_child(&db.url, point).await;
     let owner = stdout
         .lines()
         .find_map(|l| l.split_once(MARKER).map(|(_, rest)| rest))
@@ -112,8 +197,17 @@ async fn worker_killed_mid_job_loses_no_job(db: &TestDb) {
         "the dead worker still holds the lease"
     );
     assert_eq!(orphan.lease_owner.as_deref(), Some(owner.as_str()));
+    let keys = idem
+        .store()
+        .query("SELECT count(*) FROM idem_effect", &[])
+        .await
+        .unwrap();
+    (orphan, effects(&idem).await, keys[0][0].as_i64().unwrap())
+}
 
-    // Past the lease, on the injected clock.
+/// Rescues the job past its lease (injected time) and runs it again here; returns whether
+/// the retry found the effect key new.
+async fn retry_here(db: &TestDb, job: &idem::JobRow) -> bool {
     let clock = db_clock(db).await;
     clock.advance(Duration::from_secs(31));
     let idem = client(db, Some(Arc::new(clock)));
@@ -122,33 +216,68 @@ async fn worker_killed_mid_job_loses_no_job(db: &TestDb) {
         rescued.iter().map(|j| j.id).collect::<Vec<_>>(),
         vec![job.id]
     );
-
     let (done, done_rx) = Once::new();
     let mut w = idem.worker(config("crash", 1)).unwrap();
-    w.register(WriteEffect {
-        worker: "parent",
-        done,
-    })
-    .unwrap();
+    w.register(RetryEffect { done }).unwrap();
     let w = w.start();
-    let fence = within(30, "the job runs again", done_rx).await.unwrap();
+    let new = within(30, "the job runs again", done_rx).await.unwrap();
     within(30, "shutdown", w.shutdown()).await;
-
     let after = common::job(&idem, job.id).await;
-    assert_eq!(
-        (after.state, after.attempt, after.fence),
-        (JobState::Completed, 2, fence)
-    );
-    assert_eq!(
-        effects(&idem).await,
-        vec![(job.id, fence, "parent".to_owned())]
-    );
+    assert_eq!((after.state, after.attempt), (JobState::Completed, 2));
     let history = idem.attempts(job.id).await.unwrap();
     let outcomes: Vec<_> = history.iter().map(|a| a.outcome).collect();
     assert_eq!(
         outcomes,
         vec![AttemptOutcome::LeaseExpired, AttemptOutcome::Completed]
     );
+    new
 }
 
-idem_store_tests::store_cases!(worker_killed_mid_job_loses_no_job);
+async fn worker_killed_mid_job_loses_no_job(db: &TestDb) {
+    let (job, before, keys) = crash_child_at(db, Point::MidJob).await;
+    assert_eq!((before.len(), keys), (0, 0));
+    assert!(retry_here(db, &job).await, "the retry makes the effect");
+    let rows = effects(&client(db, None)).await;
+    assert_eq!(rows, vec![(job.id, job.fence + 1, "parent".to_owned())]);
+}
+
+async fn crash_after_the_effect_commit_is_not_repeated(db: &TestDb) {
+    let (job, before, keys) = crash_child_at(db, Point::AfterEffectCommit).await;
+    let child_row = vec![(job.id, job.fence, "child".to_owned())];
+    assert_eq!(
+        (before.clone(), keys),
+        (child_row.clone(), 1),
+        "the effect committed"
+    );
+    assert!(
+        !retry_here(db, &job).await,
+        "the retry finds the effect done"
+    );
+    assert_eq!(
+        effects(&client(db, None)).await,
+        child_row,
+        "and does not repeat it"
+    );
+}
+
+async fn crash_inside_the_effect_transaction_leaves_nothing(db: &TestDb) {
+    let (job, before, keys) = crash_child_at(db, Point::InsideEffectTx).await;
+    assert_eq!(
+        (before.len(), keys),
+        (0, 0),
+        "neither the key nor the effect is visible"
+    );
+    assert!(retry_here(db, &job).await, "the retry owns the effect");
+    let rows = effects(&client(db, None)).await;
+    assert_eq!(
+        rows,
+        vec![(job.id, job.fence + 1, "parent".to_owned())],
+        "made once"
+    );
+}
+
+idem_store_tests::store_cases!(
+    worker_killed_mid_job_loses_no_job,
+    crash_after_the_effect_commit_is_not_repeated,
+    crash_inside_the_effect_transaction_leaves_nothing,
+);
