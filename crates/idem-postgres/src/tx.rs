@@ -265,6 +265,16 @@ impl StoreTx for PgTx {
         Ok(LedgerPosted::Duplicate(entry))
     }
 
+    async fn effect_others(&mut self, p: EffectClaim) -> StoreResult<Vec<String>> {
+        sqlx::query_scalar(include_str!("../queries/effect/others.sql"))
+            .bind(p.lease.job_id)
+            .bind(&p.kind)
+            .bind(&p.key)
+            .fetch_all(&mut *self.tx)
+            .await
+            .map_err(interpret_error)
+    }
+
     async fn counter_next(&mut self, p: CounterNext) -> StoreResult<CounterAssigned> {
         sqlx::query(include_str!("../queries/counter/lock.sql"))
             .bind(&p.counter)

@@ -373,3 +373,11 @@ pub(crate) fn counter_next(c: &Connection, p: &CounterNext) -> StoreResult<Count
         .map_err(interpret_error)?;
     Ok(CounterAssigned { number, new: true })
 }
+
+pub(crate) fn effect_others(c: &Connection, p: &EffectClaim) -> StoreResult<Vec<String>> {
+    let sql = include_str!("../queries/effect/others.sql");
+    let args = params![p.lease.job_id, p.kind, p.key];
+    rows(c, sql, args, |r| {
+        r.get::<_, String>(0).map_err(interpret_error)
+    })
+}

@@ -150,6 +150,10 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::ledger_post(c, &p)).await
     }
 
+    async fn effect_others(&mut self, p: EffectClaim) -> StoreResult<Vec<String>> {
+        self.run(move |c| ops::effect_others(c, &p)).await
+    }
+
     async fn counter_next(&mut self, p: CounterNext) -> StoreResult<CounterAssigned> {
         self.run(move |c| ops::counter_next(c, &p)).await
     }

@@ -14,6 +14,7 @@ idem_store_tests::store_cases!(
     // effect
     effect_claim_commits_with_its_transaction,
     effect_claim_refuses_a_stale_claim,
+    effect_others_lists_a_jobs_other_keys,
     // ledger
     ledger_posts_once_and_repair_rebuilds,
     ledger_post_refuses_a_stale_claim,

@@ -209,6 +209,11 @@ pub trait StoreTx: Send {
     /// when the entry key exists; [`crate::StoreError::LeaseLost`] when the claim is stale.
     async fn ledger_post(&mut self, params: crate::LedgerPost) -> StoreResult<crate::LedgerPosted>;
 
+    /// The effect keys of the claim's job and of `params.kind` recorded under another key
+    /// than `params.key` (at most 10): what the job's earlier attempts committed. Used to
+    /// detect keys that change between attempts.
+    async fn effect_others(&mut self, params: crate::EffectClaim) -> StoreResult<Vec<String>>;
+
     /// Returns the number effect key `key` has on `counter`, or assigns it the counter's
     /// next one, in this transaction, guarded by the claim's fence.
     async fn counter_next(

@@ -16,6 +16,7 @@ use idem_store::{
 use crate::clock::{Clock, DatabaseClock};
 use crate::error::IdemError;
 use crate::job::Job;
+use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::wake::Waker;
 use crate::worker::{Worker, WorkerConfig};
 
@@ -46,6 +47,7 @@ pub struct Idem {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) waker: Waker,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Idem {
@@ -71,6 +73,7 @@ impl Idem {
             store,
             clock: Arc::new(DatabaseClock),
             waker: Waker::default(),
+            metrics: Arc::new(Metrics::default()),
         }
     }
 
@@ -195,6 +198,11 @@ impl Idem {
     /// `apply`; otherwise only reports what it would change (a dry run).
     pub async fn ledger_repair(&self, apply: bool) -> Result<Vec<LedgerMismatch>, IdemError> {
         Ok(self.store.ledger_repair(apply).await?)
+    }
+
+    /// What this client and its workers noticed so far.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.metrics.snapshot()
     }
 
     /// A worker over this client's store and clock.

@@ -152,7 +152,30 @@ impl<'a> EffectTx<'a> {
             lease: self.cx.lease(),
             now: self.cx.idem.clock.now(),
         };
+        if self.cx.job.attempt > 1 {
+            self.check_stable(&params).await?;
+        }
         Ok(self.tx.effect_claim(params).await?)
+    }
+
+    /// On a retry: warns and counts when an earlier attempt of this job committed a
+    /// different key of the same kind (the key changes between attempts).
+    async fn check_stable(&mut self, params: &EffectClaim) -> Result<(), IdemError> {
+        let others = self.tx.effect_others(params.clone()).await?;
+        if !others.is_empty() {
+            self.cx.idem.metrics.unstable_effect_key();
+            tracing::warn!(
+                job_id = params.lease.job_id,
+                attempt = self.cx.job.attempt,
+                kind = %params.kind,
+                key = %params.key,
+                earlier = ?others,
+                "unstable effect key: an earlier attempt of this job committed another key of \
+                 the same kind; build keys from the request's identity, never from an attempt \
+                 number, a fence or a timestamp"
+            );
+        }
+        Ok(())
     }
 
     /// Posts a ledger entry keyed by the identity of the event it records

@@ -49,6 +49,7 @@ mod effect;
 mod error;
 mod handler;
 mod job;
+mod metrics;
 pub mod retry;
 mod transition;
 mod wake;
@@ -66,5 +67,6 @@ pub use idem_store::{
     Store, StoreError, StoreTx, Timestamp,
 };
 pub use job::Job;
+pub use metrics::MetricsSnapshot;
 pub use transition::{Guard, Transition};
 pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerReport};

@@ -119,4 +119,77 @@ async fn two_executions_race_on_one_key(db: &TestDb) {
     );
 }
 
-idem_store_tests::store_cases!(two_executions_race_on_one_key);
+/// Commits its effect without completing on the first attempt and fails; completes on the
+/// second. `stable: false` puts the attempt number in the key (the mistake the detector
+/// exists for).
+struct Retried {
+    stable: bool,
+    done: mpsc::UnboundedSender<bool>,
+}
+
+impl Handler for Retried {
+    const KIND: &'static str = "retried";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let attempt = cx.job().attempt;
+        let mut key = EffectKey::new("receipt-mail").part(42);
+        if !self.stable {
+            key = key.part(attempt);
+        }
+        let mut tx = cx.begin().await?;
+        let claimed = tx.claim_effect(&key).await?;
+        if attempt == 1 {
+            tx.commit().await?;
+            return Err(JobError::retry(
+                "the mail server hung up after the outbox row",
+            ));
+        }
+        tx.complete().await?;
+        let _ = self.done.send(claimed.is_new());
+        Ok(())
+    }
+}
+
+async fn run_retried(db: &TestDb, stable: bool) -> (bool, u64) {
+    let idem = client(db, None);
+    idem.enqueue(Job::new("retried", serde_json::json!({})).queue("r"))
+        .await
+        .unwrap();
+    let (done, mut done_rx) = mpsc::unbounded_channel();
+    let mut cfg = config("r", 1);
+    cfg.ladder = idem::retry::RetryLadder {
+        rungs: vec![std::time::Duration::ZERO],
+        jitter: 0.0,
+    };
+    let mut w = idem.worker(cfg).unwrap();
+    w.register(Retried { stable, done }).unwrap();
+    let w = w.start();
+    let new_on_retry = within(30, "the retry completes", done_rx.recv())
+        .await
+        .unwrap();
+    within(30, "shutdown", w.shutdown()).await;
+    (new_on_retry, idem.metrics().unstable_effect_keys)
+}
+
+async fn an_unstable_key_is_detected(db: &TestDb) {
+    let (new_on_retry, unstable) = run_retried(db, false).await;
+    assert!(
+        new_on_retry,
+        "a key with the attempt number in it looks new on the retry"
+    );
+    assert_eq!(unstable, 1, "and the detector counts it");
+}
+
+async fn a_stable_key_is_not_flagged(db: &TestDb) {
+    let (new_on_retry, unstable) = run_retried(db, true).await;
+    assert!(!new_on_retry, "the retry finds the effect done");
+    assert_eq!(unstable, 0, "the detector stays silent");
+}
+
+idem_store_tests::store_cases!(
+    two_executions_race_on_one_key,
+    an_unstable_key_is_detected,
+    a_stable_key_is_not_flagged,
+);

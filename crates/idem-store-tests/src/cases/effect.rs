@@ -76,3 +76,32 @@ pub async fn effect_claim_refuses_a_stale_claim(db: &TestDb) {
     assert_eq!(lease.fence, current.fence);
     tx.rollback().await.expect("rollback");
 }
+
+/// `effect_others` lists the job's committed keys of the same kind other than the one
+/// given, and nothing for other jobs or kinds.
+pub async fn effect_others_lists_a_jobs_other_keys(db: &TestDb) {
+    let job = running(db, job_in("e4", "mail"), t0()).await;
+    let other_job = running(db, job_in("e5", "mail"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    for key in ["mail:1:attempt-1", "thumb:9"] {
+        tx.effect_claim(claim_of(key, &job)).await.expect("claim");
+    }
+    tx.commit().await.expect("commit");
+    let mut tx = db.store.begin().await.expect("begin");
+    let others = tx
+        .effect_others(claim_of("mail:1:attempt-2", &job))
+        .await
+        .expect("others");
+    assert_eq!(others, vec!["mail:1:attempt-1".to_owned()]);
+    let same = tx
+        .effect_others(claim_of("mail:1:attempt-1", &job))
+        .await
+        .expect("same key");
+    assert!(same.is_empty(), "{same:?}");
+    let none = tx
+        .effect_others(claim_of("mail:1:attempt-2", &other_job))
+        .await
+        .expect("other job");
+    assert!(none.is_empty(), "{none:?}");
+    tx.rollback().await.expect("rollback");
+}

@@ -1,0 +1,37 @@
+//! Counters of what idem noticed, for operators (the Prometheus exporter of the HTTP
+//! issue reads them).
+//!
+//! - `unstable_effect_keys`: a retry of a job built a different effect key, of the same
+//!   kind, from the one an earlier attempt of the same job committed: the key is built from
+//!   something that changes between attempts (an attempt number, a fence, a timestamp), so
+//!   the effect may have been made twice.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Serialize;
+
+/// The live counters of one client (shared by its workers).
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    unstable_effect_keys: AtomicU64,
+}
+
+impl Metrics {
+    pub(crate) fn unstable_effect_key(&self) {
+        self.unstable_effect_keys.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            unstable_effect_keys: self.unstable_effect_keys.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MetricsSnapshot {
+    /// Retries that built an effect key different from the one an earlier attempt of the
+    /// same job committed for the same kind.
+    pub unstable_effect_keys: u64,
+}
