@@ -6,7 +6,7 @@
 //! later ones find nothing to do; PostgreSQL's DDL is transactional, so a failed migration
 //! leaves nothing behind.
 
-use idem_store::migration::{Migration, pending};
+use idem_store::migration::{COUNT, Migration, pending, with_sql};
 use idem_store::{StoreError, StoreResult};
 use sqlx::PgPool;
 
@@ -17,29 +17,15 @@ use crate::error::interpret_error;
 /// different schemas wait for each other too, which costs little and keeps one key.
 pub(crate) const MIGRATION_LOCK_KEY: i64 = 0x6964_656d;
 
-/// Every migration, numbered as in `idem-sqlite`.
-pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "job",
-        sql: include_str!("../migrations/0001_job.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "effect",
-        sql: include_str!("../migrations/0002_effect.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "ledger",
-        sql: include_str!("../migrations/0003_ledger.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "counter",
-        sql: include_str!("../migrations/0004_counter.sql"),
-    },
-];
+/// This store's SQL for each migration of [`idem_store::migration::NAMES`], in order.
+pub(crate) fn migrations() -> [Migration; COUNT] {
+    with_sql([
+        include_str!("../migrations/0001_job.sql"),
+        include_str!("../migrations/0002_effect.sql"),
+        include_str!("../migrations/0003_ledger.sql"),
+        include_str!("../migrations/0004_counter.sql"),
+    ])
+}
 
 /// Applies pending migrations in one transaction under the advisory lock; returns how
 /// many ran.
@@ -58,7 +44,8 @@ pub(crate) async fn run(pool: &PgPool) -> StoreResult<usize> {
         .fetch_all(&mut *tx)
         .await
         .map_err(interpret_error)?;
-    let todo = pending(MIGRATIONS, &applied)?;
+    let all = migrations();
+    let todo = pending(&all, &applied)?;
     for m in &todo {
         sqlx::raw_sql(m.sql)
             .execute(&mut *tx)

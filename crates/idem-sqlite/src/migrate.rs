@@ -1,34 +1,20 @@
 //! Embedded migrations for SQLite, applied under the write lock by one entry point.
 
-use idem_store::migration::{Migration, pending};
+use idem_store::migration::{COUNT, Migration, pending, with_sql};
 use idem_store::{StoreError, StoreResult};
 use rusqlite::Connection;
 
 use crate::error::interpret_error;
 
-/// Every migration, numbered as in `idem-postgres`.
-pub(crate) const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        name: "job",
-        sql: include_str!("../migrations/0001_job.sql"),
-    },
-    Migration {
-        version: 2,
-        name: "effect",
-        sql: include_str!("../migrations/0002_effect.sql"),
-    },
-    Migration {
-        version: 3,
-        name: "ledger",
-        sql: include_str!("../migrations/0003_ledger.sql"),
-    },
-    Migration {
-        version: 4,
-        name: "counter",
-        sql: include_str!("../migrations/0004_counter.sql"),
-    },
-];
+/// This store's SQL for each migration of [`idem_store::migration::NAMES`], in order.
+pub(crate) fn migrations() -> [Migration; COUNT] {
+    with_sql([
+        include_str!("../migrations/0001_job.sql"),
+        include_str!("../migrations/0002_effect.sql"),
+        include_str!("../migrations/0003_ledger.sql"),
+        include_str!("../migrations/0004_counter.sql"),
+    ])
+}
 
 /// Applies pending migrations; returns how many ran. Runs on the writer thread inside
 /// the caller's `BEGIN IMMEDIATE` transaction, so all of them commit together or none.
@@ -36,7 +22,8 @@ pub(crate) fn run(c: &Connection) -> StoreResult<usize> {
     c.execute_batch(include_str!("../migrations/0000_migration_table.sql"))
         .map_err(interpret_error)?;
     let applied = applied(c)?;
-    let todo = pending(MIGRATIONS, &applied)?;
+    let all = migrations();
+    let todo = pending(&all, &applied)?;
     for m in &todo {
         c.execute_batch(m.sql).map_err(|e| migration_error(m, e))?;
         let mut record = c

@@ -18,6 +18,22 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
+/// How many migrations this build has.
+pub const COUNT: usize = 4;
+
+/// Every migration's version and name, the same on every store, in order.
+pub const NAMES: [(i64, &str); COUNT] = [(1, "job"), (2, "effect"), (3, "ledger"), (4, "counter")];
+
+/// A store's migrations: `sql[i]` is the store's SQL for `NAMES[i]`. A store that lacks
+/// a migration, or has one too many, does not compile.
+pub fn with_sql(sql: [&'static str; COUNT]) -> [Migration; COUNT] {
+    std::array::from_fn(|i| Migration {
+        version: NAMES[i].0,
+        name: NAMES[i].1,
+        sql: sql[i],
+    })
+}
+
 /// The migrations of `all` not in `applied`, in version order. Refuses a database that
 /// has a version this build does not know (it was migrated by a newer idem).
 pub fn pending<'a>(all: &'a [Migration], applied: &[i64]) -> StoreResult<Vec<&'a Migration>> {
