@@ -97,8 +97,32 @@ impl Default for SqliteOptions {
 /// Clones share the writer thread and the read connections.
 #[derive(Clone)]
 pub struct SqliteStore {
-    writer: Arc<Mutex<Writer>>,
+    writer: WriterLock,
     readers: Arc<Readers>,
+}
+
+/// The one writer, and how long a caller waits for it before giving up.
+#[derive(Clone)]
+pub(crate) struct WriterLock {
+    writer: Arc<Mutex<Writer>>,
+    wait: Duration,
+}
+
+impl WriterLock {
+    /// The writer, once no open transaction holds it; [`idem_store::StoreError::Busy`]
+    /// after the busy timeout, naming the likely cause, instead of waiting forever (a
+    /// handler writing through the client while its own transaction is open would).
+    pub(crate) async fn acquire(&self) -> StoreResult<tokio::sync::OwnedMutexGuard<Writer>> {
+        let lock = self.writer.clone().lock_owned();
+        tokio::time::timeout(self.wait, lock).await.map_err(|_| {
+            idem_store::StoreError::Busy(format!(
+                "the SQLite writer stayed held by an open transaction for {:?} (the busy \
+                 timeout); inside a transaction, write through that transaction, not \
+                 through the client",
+                self.wait
+            ))
+        })
+    }
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -119,9 +143,18 @@ impl SqliteStore {
             .map_err(|e| {
                 idem_store::StoreError::Unavailable(format!("cannot open {url}: {e}"))
             })??;
-        let writer = Arc::new(Mutex::new(Writer::spawn(conn)?));
+        let writer = WriterLock {
+            writer: Arc::new(Mutex::new(Writer::spawn(conn)?)),
+            wait: options.busy_timeout,
+        };
         let readers = Readers::new(target, options.readers);
         Ok(SqliteStore { writer, readers })
+    }
+
+    /// A write transaction that does nothing, for tests of the writer lock.
+    #[cfg(test)]
+    async fn now_write_probe(&self) -> StoreResult<()> {
+        self.write(|_| Ok(())).await
     }
 
     /// Runs `op` in its own write transaction: one hop to the writer thread. The lock is
@@ -130,7 +163,11 @@ impl SqliteStore {
         &self,
         op: impl FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
     ) -> StoreResult<R> {
-        let reply = self.writer.lock().await.send(move |c| ops::in_tx(c, op))?;
+        let reply = self
+            .writer
+            .acquire()
+            .await?
+            .send(move |c| ops::in_tx(c, op))?;
         reply.wait().await
     }
 }
@@ -146,7 +183,7 @@ impl Store for SqliteStore {
     }
 
     async fn begin(&self) -> StoreResult<Box<dyn StoreTx>> {
-        Ok(Box::new(SqliteTx::begin(Arc::clone(&self.writer)).await?))
+        Ok(Box::new(SqliteTx::begin(&self.writer).await?))
     }
 
     async fn now(&self) -> StoreResult<Timestamp> {
@@ -183,7 +220,7 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
-        self.writer.lock().await.close().await;
+        self.writer.writer.lock().await.close().await;
         self.readers.close();
     }
 
@@ -217,5 +254,36 @@ impl Store for SqliteStore {
 
     async fn job_cancel(&self, p: JobCancel) -> StoreResult<JobRow> {
         self.write(move |c| ops::job_cancel(c, &p)).await
+    }
+}
+
+#[cfg(test)]
+mod busy_tests {
+    use super::*;
+
+    /// A write through the store while a transaction holds the writer fails with `Busy`
+    /// after the busy timeout instead of waiting forever, and works once it ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_waiting_on_an_open_transaction_gives_up_with_the_cause() {
+        let dir = std::env::temp_dir().join(format!("idem-busy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let url = format!("sqlite://{}", dir.join("busy.db").display());
+        let options = SqliteOptions {
+            busy_timeout: Duration::from_millis(200),
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::connect(&url, options).await.unwrap();
+        store.migrate().await.unwrap();
+        let tx = store.begin().await.unwrap();
+        let err = store.now_write_probe().await.unwrap_err();
+        assert!(matches!(err, idem_store::StoreError::Busy(_)), "{err}");
+        assert!(
+            err.to_string().contains("write through that transaction"),
+            "{err}"
+        );
+        tx.rollback().await.unwrap();
+        store.now_write_probe().await.unwrap();
+        store.close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

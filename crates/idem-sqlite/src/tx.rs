@@ -16,7 +16,7 @@ use idem_store::{
     LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, SqlValue, StoreResult, StoreTx,
 };
 use rusqlite::Connection;
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::OwnedMutexGuard;
 
 use crate::error::interpret_error;
 use crate::ops;
@@ -30,8 +30,8 @@ pub struct SqliteTx {
 }
 
 impl SqliteTx {
-    pub(crate) async fn begin(writer: std::sync::Arc<Mutex<Writer>>) -> StoreResult<Self> {
-        let writer = writer.lock_owned().await;
+    pub(crate) async fn begin(writer: &crate::WriterLock) -> StoreResult<Self> {
+        let writer = writer.acquire().await?;
         writer.run(ops::begin).await?;
         Ok(SqliteTx { writer, open: true })
     }
