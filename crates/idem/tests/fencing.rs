@@ -14,7 +14,6 @@ use std::time::Duration;
 use common::*;
 use idem::{
     AttemptOutcome, EffectClass, Handler, Idem, Job, JobContext, JobError, JobState, ManualClock,
-    Store,
 };
 use idem_store::JobComplete;
 use idem_store_tests::{TestDb, harness::within};
@@ -164,7 +163,6 @@ async fn cancel_fences_out_the_running_worker(db: &TestDb) {
     let report = within(30, "shutdown", w.shutdown()).await;
     assert_eq!((report.completed, report.lease_lost), (0, 1));
     assert_eq!(common::job(&idem, job.id).await.state, JobState::Cancelled);
-    let _: &dyn Store = idem.store().as_ref();
 }
 
 /// Waits until the worker's heartbeat reports its claim lost, then tries to write.
