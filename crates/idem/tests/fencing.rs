@@ -78,7 +78,10 @@ async fn start_stalled(
     (w, release_tx, report_rx)
 }
 
-async fn stale_worker_cannot_commit(db: &TestDb) {
+/// Worker A's client on a clock frozen at t0 (its heartbeats never reach past t0 + lease),
+/// worker B's and the test's on a clock that can move past it, an effect table, and one
+/// job enqueued at t0.
+async fn two_clocks(db: &TestDb) -> (Idem, Idem, Arc<ManualClock>, idem::JobRow) {
     let frozen = db_clock(db).await;
     let moving = Arc::new(ManualClock::new(frozen.get()));
     let idem_a = client(db, Some(Arc::new(frozen)));
@@ -88,6 +91,11 @@ async fn stale_worker_cannot_commit(db: &TestDb) {
         .enqueue(Job::new(EFFECT_KIND, serde_json::json!({})).queue("fence"))
         .await
         .unwrap();
+    (idem_a, idem_b, moving, job)
+}
+
+async fn stale_worker_cannot_commit(db: &TestDb) {
+    let (idem_a, idem_b, moving, job) = two_clocks(db).await;
 
     let (a, release_tx, report_rx) = start_stalled(&idem_a).await;
 
@@ -190,15 +198,7 @@ impl Handler for WaitsForLoss {
 
 /// The heartbeat tells a handler whose job was reclaimed that its lease is lost.
 async fn heartbeat_tells_a_stale_handler(db: &TestDb) {
-    let frozen = db_clock(db).await;
-    let moving = Arc::new(ManualClock::new(frozen.get()));
-    let idem_a = client(db, Some(Arc::new(frozen)));
-    let idem_b = client(db, Some(moving.clone()));
-    create_effect_table(&idem_b).await;
-    let job = idem_b
-        .enqueue(Job::new(EFFECT_KIND, serde_json::json!({})).queue("fence"))
-        .await
-        .unwrap();
+    let (idem_a, idem_b, moving, job) = two_clocks(db).await;
     let (started, started_rx) = Once::new();
     let (refused, refused_rx) = Once::new();
     let cfg = config("fence", 1).lease(Duration::from_millis(300));
