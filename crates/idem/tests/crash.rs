@@ -17,9 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use idem::{
-    AttemptOutcome, EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError, JobState,
-};
+use idem::{AttemptOutcome, EffectClass, Handler, Idem, Job, JobContext, JobError, JobState};
 use idem_store_tests::{TestDb, harness::within, open_store};
 
 const CHILD_ENV: &str = "IDEM_CRASH_CHILD_URL";
@@ -55,10 +53,6 @@ impl Point {
     }
 }
 
-fn effect_key() -> EffectKey {
-    EffectKey::new("crash-mail").part(1)
-}
-
 /// Aborts the process at its crash point.
 struct AbortAt(Point);
 
@@ -75,10 +69,7 @@ impl Handler for AbortAt {
         let lease = cx.lease();
         if self.0 != Point::MidJob {
             let mut tx = cx.begin().await?;
-            assert!(tx.claim_effect(&effect_key()).await?.is_new());
-            let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, 'child')";
-            tx.execute(sql, &[lease.job_id.into(), lease.fence.into()])
-                .await?;
+            assert!(write_effect(&mut tx, lease, "child").await?);
             if self.0 == Point::AfterEffectCommit {
                 tx.commit().await?;
             } else {
@@ -96,31 +87,6 @@ fn marker(job_id: i64, owner: &str) {
     writeln!(out, "{MARKER} {job_id} {owner}")
         .and_then(|()| out.flush())
         .expect("write marker");
-}
-
-/// Makes the effect only if its key is new, then completes; reports whether it was new.
-struct RetryEffect {
-    done: Once<bool>,
-}
-
-impl Handler for RetryEffect {
-    const KIND: &'static str = EFFECT_KIND;
-    const EFFECT: EffectClass = EffectClass::Transactional;
-    type Args = serde_json::Value;
-
-    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
-        let lease = cx.lease();
-        let mut tx = cx.begin().await?;
-        let new = tx.claim_effect(&effect_key()).await?.is_new();
-        if new {
-            let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, 'parent')";
-            tx.execute(sql, &[lease.job_id.into(), lease.fence.into()])
-                .await?;
-        }
-        tx.complete().await?;
-        self.done.fire(new).await;
-        Ok(())
-    }
 }
 
 /// The child process: a worker whose handler aborts at the crash point. Runs only when
@@ -218,9 +184,13 @@ async fn retry_here(db: &TestDb, job: &idem::JobRow) -> bool {
     );
     let (done, done_rx) = Once::new();
     let mut w = idem.worker(config("crash", 1)).unwrap();
-    w.register(RetryEffect { done }).unwrap();
+    w.register(WriteEffect {
+        worker: "parent",
+        done,
+    })
+    .unwrap();
     let w = w.start();
-    let new = within(30, "the job runs again", done_rx).await.unwrap();
+    let (_, new) = within(30, "the job runs again", done_rx).await.unwrap();
     within(30, "shutdown", w.shutdown()).await;
     let after = common::job(&idem, job.id).await;
     assert_eq!((after.state, after.attempt), (JobState::Completed, 2));

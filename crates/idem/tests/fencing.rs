@@ -111,7 +111,7 @@ async fn stale_worker_cannot_commit(db: &TestDb) {
     let mut b = idem_b.worker(config("fence", 1)).unwrap();
     b.register(WriteEffect { worker: "B", done }).unwrap();
     let b = b.start();
-    let b_fence = within(30, "worker B completes the job", done_rx)
+    let (b_fence, _) = within(30, "worker B completes the job", done_rx)
         .await
         .unwrap();
     assert_eq!(b_fence, job.fence + 2, "B's claim is the second one");

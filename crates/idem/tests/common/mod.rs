@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::{
-    Clock, EffectClass, Handler, Idem, JobContext, JobError, JobRow, ManualClock, SqlValue,
-    WorkerConfig,
+    Clock, EffectClass, EffectKey, EffectTx, Handler, Idem, IdemError, JobContext, JobError,
+    JobRow, LeaseToken, ManualClock, SqlValue, WorkerConfig,
 };
 use idem_store_tests::TestDb;
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -107,11 +107,35 @@ pub async fn job(idem: &Idem, id: i64) -> JobRow {
 /// The kind the effect tests enqueue.
 pub const EFFECT_KIND: &str = "effect";
 
-/// Writes one effect row and completes the job in one fenced transaction, then reports
-/// the fence it committed under.
+/// The effect key of a test job's effect.
+pub fn effect_key(job_id: i64) -> EffectKey {
+    EffectKey::new("test-effect").part(job_id)
+}
+
+/// Claims the job's effect key in `tx` and, when it is new, writes the effect row;
+/// returns whether it was new.
+pub async fn write_effect(
+    tx: &mut EffectTx<'_>,
+    lease: LeaseToken,
+    worker: &str,
+) -> Result<bool, IdemError> {
+    let new = tx.claim_effect(&effect_key(lease.job_id)).await?.is_new();
+    if new {
+        let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, $3)";
+        tx.execute(
+            sql,
+            &[lease.job_id.into(), lease.fence.into(), worker.into()],
+        )
+        .await?;
+    }
+    Ok(new)
+}
+
+/// Writes the effect (if its key is new) and completes the job in one fenced
+/// transaction, then reports the fence it committed under and whether the key was new.
 pub struct WriteEffect {
     pub worker: &'static str,
-    pub done: Once<i64>,
+    pub done: Once<(i64, bool)>,
 }
 
 impl Handler for WriteEffect {
@@ -122,11 +146,9 @@ impl Handler for WriteEffect {
     async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
         let lease = cx.lease();
         let mut tx = cx.begin().await?;
-        let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, $3)";
-        let row = [lease.job_id.into(), lease.fence.into(), self.worker.into()];
-        tx.execute(sql, &row).await?;
+        let new = write_effect(&mut tx, lease, self.worker).await?;
         tx.complete().await?;
-        self.done.fire(lease.fence).await;
+        self.done.fire((lease.fence, new)).await;
         Ok(())
     }
 }
