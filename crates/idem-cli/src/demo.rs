@@ -1,10 +1,12 @@
 //! `idem demo`: the whole story on one machine, verified.
 //!
-//! It enqueues receipt mails whose effect (an outbox row) commits in the job's fenced
+//! It enqueues receipt mails and ledger transfers whose effects commit in the job's fenced
 //! transaction, runs worker *processes*, kills one with SIGKILL and pauses another with
 //! SIGSTOP for longer than its lease while they work, and then checks the database: every
-//! job completed, exactly one outbox row per job, every row written under the claim that
-//! completed the job. The report counts what the fence refused along the way.
+//! job completed, one outbox row per order, every row written under the claim that
+//! completed the job, every transfer posted once, every receipt numbered by the store
+//! with no gap and no number twice, every order moved from `paid` to `receipted` once.
+//! The report counts what the fence refused along the way.
 
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -12,7 +14,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::Args;
 use idem::{
-    EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError, SqlValue, WorkerConfig,
+    EffectClass, EffectKey, EffectTx, Guard, Handler, Idem, IdemError, Job, JobContext, JobError,
+    LeaseToken, SqlValue, Transition, WorkerConfig,
 };
 
 use crate::scratch;
@@ -22,9 +25,22 @@ use tokio::process::{Child, Command};
 
 const QUEUE: &str = "demo";
 const REPORT_MARKER: &str = "IDEM_WORKER_REPORT";
-const OUTBOX_TABLE: &str = "CREATE TABLE IF NOT EXISTS demo_outbox (order_id BIGINT NOT NULL, \
-     job_id BIGINT NOT NULL, \
-     fence BIGINT NOT NULL, worker TEXT NOT NULL)";
+/// The demo's own tables: the mail outbox, the orders (paid when their mail job is
+/// enqueued), and a log of what each receipt job's guarded transition answered.
+const TABLES: [&str; 3] = [
+    "CREATE TABLE IF NOT EXISTS demo_outbox (order_id BIGINT NOT NULL, \
+     receipt_no BIGINT NOT NULL, job_id BIGINT NOT NULL, \
+     fence BIGINT NOT NULL, worker TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS demo_order (order_id BIGINT PRIMARY KEY, \
+     status TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS demo_order_move (order_id BIGINT NOT NULL, \
+     job_id BIGINT NOT NULL, outcome TEXT NOT NULL)",
+];
+/// The orders of the receipt jobs with ids from `$1` to `$2`, paid.
+const PAID_ORDERS: &str = "INSERT INTO demo_order (order_id, status) \
+     SELECT DISTINCT CAST(args ->> 'order_id' AS BIGINT), 'paid' FROM idem_job \
+     WHERE id BETWEEN $1 AND $2 AND kind = 'receipt-mail' \
+     ON CONFLICT (order_id) DO NOTHING";
 
 /// Arguments of `idem demo`.
 #[derive(Args)]
@@ -93,11 +109,13 @@ struct Receipt {
     order_id: i64,
 }
 
-/// The demo's handler: "renders" the mail, then writes the outbox row and completes the
-/// job in one fenced transaction.
+/// The demo's handler: "renders" the mail, then in one fenced transaction moves the order
+/// from `paid` to `receipted` (a guarded transition), writes the mail with the next
+/// receipt number if its effect key is new, and completes the job.
 struct ReceiptMail {
     work: Duration,
     worker: String,
+    orders: Guard,
 }
 
 impl Handler for ReceiptMail {
@@ -107,22 +125,55 @@ impl Handler for ReceiptMail {
 
     async fn run(&self, cx: &mut JobContext, args: Receipt) -> Result<(), JobError> {
         tokio::time::sleep(self.work).await;
-        let lease = cx.lease();
+        let (lease, order) = (cx.lease(), args.order_id);
         let mut tx = cx.begin().await?;
-        let key = EffectKey::new("receipt-mail").part(args.order_id);
-        if tx.claim_effect(&key).await?.is_new() {
-            let sql = "INSERT INTO demo_outbox (order_id, job_id, fence, worker) \
-                       VALUES ($1, $2, $3, $4)";
-            let row = [
-                args.order_id.into(),
-                lease.job_id.into(),
-                lease.fence.into(),
-                self.worker.as_str().into(),
-            ];
-            tx.execute(sql, &row).await?;
+        let moved = self
+            .orders
+            .apply(tx.store_tx(), order, "paid", "receipted")
+            .await?;
+        let sql = "INSERT INTO demo_order_move (order_id, job_id, outcome) VALUES ($1, $2, $3)";
+        let log = [order.into(), lease.job_id.into(), outcome(&moved).into()];
+        tx.execute(sql, &log).await?;
+        let key = EffectKey::new("receipt-mail").part(order);
+        let paid = !matches!(moved, Transition::Conflict { .. });
+        if paid && tx.claim_effect(&key).await?.is_new() {
+            self.write_mail(&mut tx, lease, order).await?;
         }
         tx.complete().await?;
         Ok(())
+    }
+}
+
+impl ReceiptMail {
+    /// Gives the mail the next receipt number and writes it to the outbox.
+    async fn write_mail(
+        &self,
+        tx: &mut EffectTx<'_>,
+        lease: LeaseToken,
+        order: i64,
+    ) -> Result<(), IdemError> {
+        let number_key = EffectKey::new("receipt-number").part(order);
+        let receipt = tx.next_number("receipt", &number_key).await?;
+        let sql = "INSERT INTO demo_outbox (order_id, receipt_no, job_id, fence, worker) \
+                   VALUES ($1, $2, $3, $4, $5)";
+        let row = [
+            order.into(),
+            receipt.number.into(),
+            lease.job_id.into(),
+            lease.fence.into(),
+            self.worker.as_str().into(),
+        ];
+        tx.execute(sql, &row).await?;
+        Ok(())
+    }
+}
+
+/// A guarded transition's answer as the demo logs it.
+fn outcome(t: &Transition) -> &'static str {
+    match t {
+        Transition::Changed => "changed",
+        Transition::AlreadyThere => "already_there",
+        Transition::Conflict { .. } => "conflict",
     }
 }
 
@@ -175,6 +226,7 @@ pub async fn worker(args: DemoWorkerArgs, url: String) -> anyhow::Result<ExitCod
     w.register(ReceiptMail {
         work: Duration::from_millis(args.work_ms),
         worker: args.name,
+        orders: Guard::new("demo_order", "order_id", "status")?,
     })?;
     w.register(Transfer)?;
     let running = w.start();
@@ -239,17 +291,25 @@ fn demo_job(i: usize) -> Job {
     }
 }
 
+/// Creates the demo's tables, then enqueues the jobs in chunks, each chunk in one
+/// transaction with its orders marked paid (as a shop would record a payment and ask for
+/// its receipt together).
 async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {
     let mut tx = idem.begin().await?;
-    tx.execute(OUTBOX_TABLE, &[]).await?;
+    for sql in TABLES {
+        tx.execute(sql, &[]).await?;
+    }
     tx.commit().await?;
     let (mut first, mut last) = (i64::MAX, i64::MIN);
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         let jobs = chunk.iter().map(|i| demo_job(*i)).collect();
-        for row in idem.enqueue_many(jobs).await? {
-            first = first.min(row.id);
-            last = last.max(row.id);
-        }
+        let mut tx = idem.begin().await?;
+        let rows = idem.enqueue_many_tx(&mut tx, jobs).await?;
+        let ids = rows.iter().map(|r| r.id);
+        let (lo, hi) = (ids.clone().min().unwrap_or(0), ids.max().unwrap_or(-1));
+        tx.execute(PAID_ORDERS, &[lo.into(), hi.into()]).await?;
+        tx.commit().await?;
+        (first, last) = (first.min(lo), last.max(hi));
     }
     Ok((first, last))
 }
@@ -521,6 +581,7 @@ struct Verdict {
     missing_effects: i64,
     stale_effects: i64,
     rescued: i64,
+    receipts: Receipts,
 }
 
 impl Verdict {
@@ -532,7 +593,72 @@ impl Verdict {
             && self.duplicate_effects == 0
             && self.missing_effects == 0
             && self.stale_effects == 0
+            && self.receipts.ok()
     }
+}
+
+/// Receipt numbers and order moves as the database holds them, over every receipt the
+/// demo's tables hold (a database the URL names may hold earlier runs).
+struct Receipts {
+    /// Mails in the outbox.
+    mails: i64,
+    /// Numbers the store assigned on the `receipt` counter.
+    numbers: i64,
+    /// Numbers from 1 to the highest that no mail carries.
+    gaps: i64,
+    /// Mails beyond the first that carry a number.
+    used_twice: i64,
+    /// Orders this run's jobs moved from `paid` to `receipted`.
+    moved: i64,
+    /// Moves beyond the first of an order.
+    moved_twice: i64,
+    /// This run's jobs that found their order already receipted (repeated requests).
+    already_there: i64,
+    /// Jobs whose order was in neither state.
+    conflicts: i64,
+    /// Orders not receipted.
+    left_behind: i64,
+}
+
+impl Receipts {
+    fn ok(&self) -> bool {
+        self.numbers == self.mails
+            && self.gaps == 0
+            && self.used_twice == 0
+            && self.moved_twice == 0
+            && self.conflicts == 0
+            && self.left_behind == 0
+    }
+}
+
+const MAILS: &str = "SELECT count(*) FROM demo_outbox";
+const NUMBERS: &str = "SELECT count(*) FROM idem_counter_number WHERE counter = 'receipt'";
+const GAPS: &str =
+    "SELECT coalesce(max(receipt_no), 0) - count(DISTINCT receipt_no) FROM demo_outbox";
+const NUMBERS_TWICE: &str = "SELECT count(*) - count(DISTINCT receipt_no) FROM demo_outbox";
+const MOVES: &str = "SELECT count(*) FROM demo_order_move WHERE job_id BETWEEN $1 AND $2 \
+                     AND outcome = $3";
+const MOVED_TWICE: &str = "SELECT count(*) - count(DISTINCT order_id) FROM demo_order_move \
+                           WHERE outcome = 'changed'";
+const CONFLICTS: &str = "SELECT count(*) FROM demo_order_move WHERE outcome = 'conflict'";
+const LEFT_BEHIND: &str = "SELECT count(*) FROM demo_order WHERE status <> 'receipted'";
+
+async fn verify_receipts(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Receipts> {
+    let all = |sql: &'static str| scalar_of(idem, sql, &[]);
+    let moves = |outcome: &'static str| async move {
+        scalar_of(idem, MOVES, &[ids.0.into(), ids.1.into(), outcome.into()]).await
+    };
+    Ok(Receipts {
+        mails: all(MAILS).await?,
+        numbers: all(NUMBERS).await?,
+        gaps: all(GAPS).await?,
+        used_twice: all(NUMBERS_TWICE).await?,
+        moved: moves("changed").await?,
+        moved_twice: all(MOVED_TWICE).await?,
+        already_there: moves("already_there").await?,
+        conflicts: all(CONFLICTS).await?,
+        left_behind: all(LEFT_BEHIND).await?,
+    })
 }
 
 async fn verify(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Verdict> {
@@ -564,6 +690,7 @@ async fn verify(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Verdict> {
         stale_effects: q("SELECT count(*) FROM demo_outbox o JOIN idem_job j ON j.id = o.job_id \
                           WHERE o.job_id BETWEEN $1 AND $2 AND o.fence <> j.fence").await?,
         rescued: q("SELECT count(*) FROM idem_job_attempt WHERE job_id BETWEEN $1 AND $2 AND outcome = 'lease_expired'").await?,
+        receipts: verify_receipts(idem, ids).await?,
     })
 }
 
@@ -612,15 +739,38 @@ fn print_report(
     );
     line("missing effects (outbox)", v.missing_effects.to_string());
     line("effects from a stale claim", v.stale_effects.to_string());
+    print_receipts(&v.receipts, &line);
     line("leases expired and rescued", v.rescued.to_string());
     line("stale commits refused by the fence", refused.to_string());
     println!("  (the killed worker's own counts died with it; the rescues above include its jobs)");
     println!(
         "verdict: {}",
         if v.ok() {
-            "OK: every job completed, every order has one mail, every transfer moved money once"
+            "OK: every job completed, every order got one mail, one receipt number and one \
+             move, every transfer moved money once"
         } else {
             "FAILED"
         }
+    );
+}
+
+fn print_receipts(r: &Receipts, line: &impl Fn(&str, String)) {
+    let numbers = format!("{}/{}", r.numbers, r.mails);
+    line("receipt numbers assigned / receipts", numbers);
+    line("receipt numbers skipped (gaps)", r.gaps.to_string());
+    line("receipt numbers used twice", r.used_twice.to_string());
+    line("orders moved paid → receipted", r.moved.to_string());
+    line("orders moved more than once", r.moved_twice.to_string());
+    line(
+        "repeats that found the order receipted",
+        r.already_there.to_string(),
+    );
+    line(
+        "orders in conflict (neither state)",
+        r.conflicts.to_string(),
+    );
+    line(
+        "orders left behind (not receipted)",
+        r.left_behind.to_string(),
     );
 }

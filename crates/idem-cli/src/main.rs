@@ -4,6 +4,8 @@
 //! lives in the `idem` crate. `anyhow` is used here and nowhere else.
 
 mod bench;
+mod config;
+mod dead;
 mod demo;
 mod ops;
 mod scratch;
@@ -42,11 +44,20 @@ enum Command {
     Jobs(ops::JobsCommand),
     /// Job counts per queue and state
     Queues,
+    /// List, inspect, retry and discard dead jobs
+    #[command(subcommand)]
+    Dead(dead::DeadCommand),
+    /// Delete records past their retention (enqueue keys, effect keys, finished and dead
+    /// jobs), in batches
+    Purge(dead::PurgeArgs),
     /// Check the ledger's running totals against its entries, and rebuild them
     #[command(subcommand)]
     Ledger(ops::LedgerCommand),
     /// What idem guarantees for each effect class and each job kind this binary runs
     Guarantees,
+    /// Check the config file: retry ladders, the retry horizon and retention windows
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Worker process used by `idem demo` (not for direct use)
     #[command(hide = true)]
     DemoWorker(demo::DemoWorkerArgs),
@@ -85,8 +96,11 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Enqueue(args) => ops::enqueue(&db(), args).await,
         Command::Jobs(cmd) => ops::jobs(&db(), cmd).await,
         Command::Queues => ops::queues(&db()).await,
+        Command::Dead(cmd) => dead::dead(&db(), cmd).await,
+        Command::Purge(args) => dead::purge(&db(), args).await,
         Command::Ledger(cmd) => ops::ledger(&db(), cmd).await,
         Command::Guarantees => Ok(ops::guarantees(&demo::kinds())),
+        Command::Config(cmd) => config::run(cmd),
     }
 }
 

@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use idem::{Idem, Job, JobList, JobRow, JobState};
 
-async fn connect(url: &str) -> anyhow::Result<Idem> {
+pub(crate) async fn connect(url: &str) -> anyhow::Result<Idem> {
     Idem::connect(url)
         .await
         .with_context(|| "cannot open the idem database".to_string())
@@ -41,6 +41,10 @@ pub struct EnqueueArgs {
     /// Attempts before the job is dead
     #[arg(long)]
     max_attempts: Option<i32>,
+    /// Makes the enqueue idempotent: the same key in the same queue inside the retention
+    /// window returns the first job ("deduplicated": true)
+    #[arg(long)]
+    enqueue_key: Option<String>,
 }
 
 /// `idem enqueue`.
@@ -55,6 +59,9 @@ pub async fn enqueue(url: &str, a: EnqueueArgs) -> anyhow::Result<ExitCode> {
     }
     if let Some(n) = a.max_attempts {
         job = job.max_attempts(n);
+    }
+    if let Some(key) = a.enqueue_key {
+        job = job.enqueue_key(key);
     }
     let idem = connect(url).await?;
     let row = idem.enqueue(job).await?;
@@ -117,12 +124,7 @@ pub async fn jobs(url: &str, cmd: JobsCommand) -> anyhow::Result<ExitCode> {
             print_jobs(&idem.jobs(filter).await?);
         }
         JobsCommand::Show { id } => {
-            let Some(job) = idem.job(id).await? else {
-                bail!("job {id} not found");
-            };
-            let attempts = idem.attempts(id).await?;
-            let out = serde_json::json!({ "job": job, "attempts": attempts });
-            println!("{}", serde_json::to_string_pretty(&out)?);
+            show_job(&idem, id).await?;
         }
         JobsCommand::Cancel { id } => {
             let job = idem.cancel(id).await?;
@@ -132,7 +134,18 @@ pub async fn jobs(url: &str, cmd: JobsCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_jobs(rows: &[JobRow]) {
+/// Prints one job with its attempt history as JSON; returns the job.
+pub(crate) async fn show_job(idem: &Idem, id: i64) -> anyhow::Result<JobRow> {
+    let Some(job) = idem.job(id).await? else {
+        bail!("job {id} not found");
+    };
+    let attempts = idem.attempts(id).await?;
+    let out = serde_json::json!({ "job": job, "attempts": attempts });
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(job)
+}
+
+pub(crate) fn print_jobs(rows: &[JobRow]) {
     println!(
         "{:>10}  {:<10}  {:<16}  {:<24}  {:>7}  last error",
         "id", "state", "queue", "kind", "attempt"

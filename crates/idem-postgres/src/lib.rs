@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 mod error;
+mod maintenance;
 mod migrate;
 mod notify;
 mod row;
@@ -30,9 +31,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptRow, Backend, JobClaim, JobCompleteMany, JobHeartbeat, JobInsert, JobList, JobRow,
-    LeaseRenewal, QueueCount, SqlValue, Store, StoreError, StoreResult, StoreTx, Timestamp,
-    Wakeups,
+    AttemptRow, Backend, JobClaim, JobCompleteMany, JobDiscard, JobHeartbeat, JobInsert, JobList,
+    JobRetry, JobRow, LeaseRenewal, Purge, PurgeTarget, QueueCount, SqlValue, Store, StoreError,
+    StoreResult, StoreTx, Timestamp, Wakeups,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -337,8 +338,24 @@ impl Store for PgStore {
     // The one-statement operations run straight on the pool: the statement is its own
     // transaction, one round trip instead of three.
 
-    async fn job_insert(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+    async fn job_insert_rows(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
         single::job_insert(&self.pool, p).await
+    }
+
+    async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+        maintenance::job_retry(&self.pool, p).await
+    }
+
+    async fn job_discard(&self, p: JobDiscard) -> StoreResult<Vec<i64>> {
+        maintenance::job_discard(&self.pool, p).await
+    }
+
+    async fn purge(&self, p: Purge) -> StoreResult<u64> {
+        maintenance::purge(&self.pool, p).await
+    }
+
+    async fn purge_count(&self, target: PurgeTarget, before: Timestamp) -> StoreResult<u64> {
+        maintenance::purge_count(&self.pool, target, before).await
     }
 
     async fn job_claim(&self, p: JobClaim) -> StoreResult<Vec<JobRow>> {

@@ -88,6 +88,7 @@ fn new_job(queue: &str) -> NewJob {
         priority: 0,
         run_at: None,
         max_attempts: 3,
+        enqueue_key: None,
     }
 }
 
@@ -121,6 +122,7 @@ async fn fail(
         lease,
         error,
         retry_in_ms,
+        snooze: false,
         now,
     };
     store.job_fail(params).await.unwrap()
@@ -151,6 +153,7 @@ async fn lifecycle(store: &PgStore, t0: Timestamp) {
         .job_insert(JobInsert {
             jobs,
             now: Some(t0),
+            ..JobInsert::default()
         })
         .await
         .unwrap();
@@ -241,6 +244,7 @@ async fn cancel_paths(store: &PgStore, t0: Timestamp) {
         .job_insert(JobInsert {
             jobs: vec![new_job("c")],
             now: Some(t0),
+            ..JobInsert::default()
         })
         .await
         .unwrap()

@@ -12,15 +12,17 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptOutcome, Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, JobCancel,
-    JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue,
-    JobRow, LeaseRenewal, LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted, SqlValue,
-    StoreError, StoreResult, StoreTx, Timestamp,
+    AttemptOutcome, Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed,
+    EnqueueKeyTake, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
+    JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry, JobRow, LeaseRenewal, LeaseToken,
+    LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreError, StoreResult, StoreTx,
+    Timestamp,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::error::interpret_error;
+use crate::maintenance;
 use crate::row;
 use crate::single;
 use crate::value;
@@ -118,8 +120,39 @@ impl StoreTx for PgTx {
         self.tx.rollback().await.map_err(interpret_error)
     }
 
-    async fn job_insert(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+    async fn job_insert_rows(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
         single::job_insert(&mut *self.tx, p).await
+    }
+
+    async fn enqueue_key_take(&mut self, p: EnqueueKeyTake) -> StoreResult<Vec<i64>> {
+        maintenance::enqueue_key_take(&mut *self.tx, p).await
+    }
+
+    async fn enqueue_key_find(
+        &mut self,
+        keys: Vec<(String, String)>,
+    ) -> StoreResult<Vec<(String, String, i64)>> {
+        maintenance::enqueue_key_find(&mut *self.tx, keys).await
+    }
+
+    async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64> {
+        maintenance::job_delete(&mut *self.tx, ids).await
+    }
+
+    async fn job_get_many(&mut self, ids: Vec<i64>) -> StoreResult<Vec<JobRow>> {
+        maintenance::job_get_many(&mut *self.tx, ids).await
+    }
+
+    async fn job_retry(&mut self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+        maintenance::job_retry(&mut *self.tx, p).await
+    }
+
+    async fn job_discard(&mut self, p: JobDiscard) -> StoreResult<Vec<i64>> {
+        maintenance::job_discard(&mut *self.tx, p).await
+    }
+
+    async fn purge(&mut self, p: Purge) -> StoreResult<u64> {
+        maintenance::purge(&mut *self.tx, p).await
     }
 
     async fn job_claim(&mut self, p: JobClaim) -> StoreResult<Vec<JobRow>> {
@@ -164,11 +197,12 @@ impl StoreTx for PgTx {
             .bind(p.lease.fence)
             .bind(p.retry_in_ms)
             .bind(p.error.clone())
-            .bind(p.now);
+            .bind(p.now)
+            .bind(p.snooze);
         let job = self.fetch_guarded(q, p.lease).await?;
         self.record_attempt(AttemptRecord {
             job_id: job.id,
-            outcome: AttemptOutcome::of_failure(&job),
+            outcome: AttemptOutcome::of_failure(&job, p.snooze),
             error: Some(&p.error),
             now: p.now,
             only_if_state: None,

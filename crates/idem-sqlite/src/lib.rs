@@ -38,9 +38,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat,
-    JobInsert, JobList, JobRescue, JobRow, LeaseRenewal, QueueCount, SqlValue, Store, StoreResult,
-    StoreTx, Timestamp,
+    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
+    JobHeartbeat, JobInsert, JobList, JobRescue, JobRetry, JobRow, LeaseRenewal, Purge,
+    PurgeTarget, QueueCount, SqlValue, Store, StoreResult, StoreTx, Timestamp,
 };
 use rusqlite::Connection;
 use tokio::sync::Mutex;
@@ -224,8 +224,27 @@ impl Store for SqliteStore {
         self.readers.close();
     }
 
-    async fn job_insert(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
-        self.write(move |c| ops::job_insert(c, p)).await
+    async fn job_insert_rows(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+        self.write(move |c| ops::job_insert_rows(c, p)).await
+    }
+
+    async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+        self.write(move |c| ops::job_retry(c, &p)).await
+    }
+
+    async fn job_discard(&self, p: JobDiscard) -> StoreResult<Vec<i64>> {
+        self.write(move |c| ops::job_discard(c, &p)).await
+    }
+
+    async fn purge(&self, p: Purge) -> StoreResult<u64> {
+        self.write(move |c| ops::purge(c, &p)).await
+    }
+
+    async fn purge_count(&self, target: PurgeTarget, before: Timestamp) -> StoreResult<u64> {
+        let before = crate::row::ts_to_ms(before);
+        self.readers
+            .run(move |c| ops::purge_count(c, target, before))
+            .await
     }
 
     async fn job_claim(&self, p: JobClaim) -> StoreResult<Vec<JobRow>> {

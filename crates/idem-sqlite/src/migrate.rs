@@ -13,6 +13,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0002_effect.sql"),
         include_str!("../migrations/0003_ledger.sql"),
         include_str!("../migrations/0004_counter.sql"),
+        include_str!("../migrations/0005_enqueue_key.sql"),
     ])
 }
 

@@ -8,9 +8,10 @@
 
 use idem_store::{
     AttemptOutcome, AttemptRow, CounterAssigned, CounterNext, EffectClaim, EffectClaimed,
-    JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList,
-    JobLock, JobRescue, JobRow, LeaseRenewal, LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted,
-    QueueCount, StoreError, StoreResult, Timestamp,
+    EnqueueKeyTake, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
+    JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, LeaseRenewal,
+    LeaseToken, LedgerMismatch, LedgerPost, LedgerPosted, Purge, PurgeTarget, QueueCount,
+    StoreError, StoreResult, Timestamp,
 };
 use rusqlite::{Connection, Params, Row, params};
 
@@ -125,7 +126,7 @@ pub(crate) fn queue_counts(c: &Connection) -> StoreResult<Vec<QueueCount>> {
     rows(c, sql, [], row::queue_count)
 }
 
-pub(crate) fn job_insert(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+pub(crate) fn job_insert_rows(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
     if p.jobs.is_empty() {
         return Ok(Vec::new());
     }
@@ -186,9 +187,16 @@ pub(crate) fn job_complete_many(c: &Connection, p: &JobCompleteMany) -> StoreRes
 pub(crate) fn job_fail(c: &Connection, p: &JobFail) -> StoreResult<JobRow> {
     let sql = include_str!("../queries/job/fail.sql");
     let now = p.now.map(ts_to_ms);
-    let args = params![p.lease.job_id, p.lease.fence, p.retry_in_ms, p.error, now];
+    let args = params![
+        p.lease.job_id,
+        p.lease.fence,
+        p.retry_in_ms,
+        p.error,
+        now,
+        p.snooze
+    ];
     let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
-    let outcome = AttemptOutcome::of_failure(&job);
+    let outcome = AttemptOutcome::of_failure(&job, p.snooze);
     record_attempt(c, AttemptRecord::of(&job, outcome, Some(&p.error), p.now))?;
     Ok(job)
 }
@@ -380,4 +388,139 @@ pub(crate) fn effect_others(c: &Connection, p: &EffectClaim) -> StoreResult<Vec<
     rows(c, sql, args, |r| {
         r.get::<_, String>(0).map_err(interpret_error)
     })
+}
+
+/// A list as the JSON text the statements unpack with `json_each`.
+fn json_list<T: serde::Serialize>(items: &T) -> StoreResult<String> {
+    serde_json::to_string(items)
+        .map_err(|e| StoreError::Invalid(format!("cannot encode a list for a statement: {e}")))
+}
+
+pub(crate) fn enqueue_key_take(c: &Connection, p: &EnqueueKeyTake) -> StoreResult<Vec<i64>> {
+    #[derive(serde::Serialize)]
+    struct Key<'a> {
+        queue: &'a str,
+        key: &'a str,
+        job_id: i64,
+    }
+    let keys: Vec<Key<'_>> = p
+        .keys
+        .iter()
+        .map(|(queue, key, job_id)| Key {
+            queue,
+            key,
+            job_id: *job_id,
+        })
+        .collect();
+    let sql = include_str!("../queries/enqueue_key/take.sql");
+    let args = params![json_list(&keys)?, p.window_ms, p.now.map(ts_to_ms)];
+    rows(c, sql, args, |r| r.get(0).map_err(interpret_error))
+}
+
+pub(crate) fn enqueue_key_find(
+    c: &Connection,
+    keys: &[(String, String)],
+) -> StoreResult<Vec<(String, String, i64)>> {
+    let keys: Vec<serde_json::Value> = keys
+        .iter()
+        .map(|(queue, key)| serde_json::json!({ "queue": queue, "key": key }))
+        .collect();
+    let sql = include_str!("../queries/enqueue_key/find.sql");
+    rows(c, sql, [json_list(&keys)?], |r| {
+        Ok((
+            r.get(0).map_err(interpret_error)?,
+            r.get(1).map_err(interpret_error)?,
+            r.get(2).map_err(interpret_error)?,
+        ))
+    })
+}
+
+pub(crate) fn job_delete(c: &Connection, ids: &[i64]) -> StoreResult<u64> {
+    let sql = include_str!("../queries/job/delete.sql");
+    let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+    let n = stmt.execute([json_list(&ids)?]).map_err(interpret_error)?;
+    Ok(n as u64)
+}
+
+pub(crate) fn job_get_many(c: &Connection, ids: &[i64]) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../queries/job/get_many.sql");
+    rows(c, sql, [json_list(&ids)?], row::job)
+}
+
+pub(crate) fn job_retry(c: &Connection, p: &JobRetry) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../queries/job/retry.sql");
+    let args = params![json_list(&p.ids)?, p.now.map(ts_to_ms)];
+    Ok(sorted(rows(c, sql, args, row::job)?))
+}
+
+pub(crate) fn job_discard(c: &Connection, p: &JobDiscard) -> StoreResult<Vec<i64>> {
+    let sql = include_str!("../queries/job/discard.sql");
+    let mut gone: Vec<i64> = rows(c, sql, [json_list(&p.ids)?], |r| {
+        r.get(0).map_err(interpret_error)
+    })?;
+    gone.sort_unstable();
+    delete_job_records(c, &gone)?;
+    Ok(gone)
+}
+
+/// Deletes what belongs to jobs just deleted: their attempt history and enqueue keys.
+fn delete_job_records(c: &Connection, ids: &[i64]) -> StoreResult<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let ids = json_list(&ids)?;
+    exec(c, include_str!("../queries/job_attempt/delete.sql"), [&ids])?;
+    exec(c, include_str!("../queries/enqueue_key/delete.sql"), [&ids])
+}
+
+/// The job states a purge of `target` deletes, as the JSON list the statements take.
+fn purged_states(target: PurgeTarget) -> &'static str {
+    match target {
+        PurgeTarget::DeadJobs => r#"["dead"]"#,
+        _ => r#"["completed","cancelled"]"#,
+    }
+}
+
+pub(crate) fn purge(c: &Connection, p: &Purge) -> StoreResult<u64> {
+    let before = ts_to_ms(p.before);
+    let limit = i64::from(p.limit);
+    let keys = |sql: &str| -> StoreResult<u64> {
+        let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+        let n = stmt
+            .execute(params![before, limit])
+            .map_err(interpret_error)?;
+        Ok(n as u64)
+    };
+    match p.target {
+        PurgeTarget::EnqueueKeys => keys(include_str!("../queries/purge/enqueue_keys.sql")),
+        PurgeTarget::EffectKeys => keys(include_str!("../queries/purge/effect_keys.sql")),
+        PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
+            let sql = include_str!("../queries/purge/jobs.sql");
+            let args = params![before, limit, purged_states(p.target)];
+            let gone: Vec<i64> = rows(c, sql, args, |r| r.get(0).map_err(interpret_error))?;
+            delete_job_records(c, &gone)?;
+            Ok(gone.len() as u64)
+        }
+    }
+}
+
+pub(crate) fn purge_count(c: &Connection, target: PurgeTarget, before: i64) -> StoreResult<u64> {
+    let count = |sql: &str, args: &[&dyn rusqlite::ToSql]| -> StoreResult<u64> {
+        let n: Vec<i64> = rows(c, sql, args, |r| r.get(0).map_err(interpret_error))?;
+        Ok(n.first().copied().unwrap_or(0) as u64)
+    };
+    match target {
+        PurgeTarget::EnqueueKeys => count(
+            include_str!("../queries/purge/count_enqueue_keys.sql"),
+            &[&before],
+        ),
+        PurgeTarget::EffectKeys => count(
+            include_str!("../queries/purge/count_effect_keys.sql"),
+            &[&before],
+        ),
+        PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => count(
+            include_str!("../queries/purge/count_jobs.sql"),
+            &[&before, &purged_states(target)],
+        ),
+    }
 }

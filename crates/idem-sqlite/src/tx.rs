@@ -11,9 +11,10 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, JobCancel, JobClaim,
-    JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRow,
-    LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, SqlValue, StoreResult, StoreTx,
+    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, JobCancel,
+    JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock,
+    JobRescue, JobRetry, JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge,
+    SqlValue, StoreResult, StoreTx,
 };
 use rusqlite::Connection;
 use tokio::sync::OwnedMutexGuard;
@@ -106,8 +107,39 @@ impl StoreTx for SqliteTx {
         .await
     }
 
-    async fn job_insert(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
-        self.run(move |c| ops::job_insert(c, p)).await
+    async fn job_insert_rows(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+        self.run(move |c| ops::job_insert_rows(c, p)).await
+    }
+
+    async fn enqueue_key_take(&mut self, p: EnqueueKeyTake) -> StoreResult<Vec<i64>> {
+        self.run(move |c| ops::enqueue_key_take(c, &p)).await
+    }
+
+    async fn enqueue_key_find(
+        &mut self,
+        keys: Vec<(String, String)>,
+    ) -> StoreResult<Vec<(String, String, i64)>> {
+        self.run(move |c| ops::enqueue_key_find(c, &keys)).await
+    }
+
+    async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64> {
+        self.run(move |c| ops::job_delete(c, &ids)).await
+    }
+
+    async fn job_get_many(&mut self, ids: Vec<i64>) -> StoreResult<Vec<JobRow>> {
+        self.run(move |c| ops::job_get_many(c, &ids)).await
+    }
+
+    async fn job_retry(&mut self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+        self.run(move |c| ops::job_retry(c, &p)).await
+    }
+
+    async fn job_discard(&mut self, p: JobDiscard) -> StoreResult<Vec<i64>> {
+        self.run(move |c| ops::job_discard(c, &p)).await
+    }
+
+    async fn purge(&mut self, p: Purge) -> StoreResult<u64> {
+        self.run(move |c| ops::purge(c, &p)).await
     }
 
     async fn job_claim(&mut self, p: JobClaim) -> StoreResult<Vec<JobRow>> {

@@ -45,6 +45,7 @@ pub fn job(kind: &str) -> NewJob {
         priority: 0,
         run_at: None,
         max_attempts: MAX_ATTEMPTS,
+        enqueue_key: None,
     }
 }
 
@@ -61,8 +62,10 @@ pub async fn insert(db: &TestDb, jobs: Vec<NewJob>, now: Timestamp) -> Vec<JobRo
     let params = JobInsert {
         jobs,
         now: Some(now),
+        ..JobInsert::default()
     };
-    db.store.job_insert(params).await.expect("job_insert")
+    let inserted = db.store.job_insert(params).await.expect("job_insert");
+    inserted.into_iter().map(|e| e.job).collect()
 }
 
 /// Inserts one job at `now`.
@@ -142,6 +145,7 @@ pub async fn fail(
         lease,
         error: "boom".to_owned(),
         retry_in_ms,
+        snooze: false,
         now: Some(now),
     };
     db.store.job_fail(params).await

@@ -3,8 +3,9 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    counter::*, effect::*, job_cancel::*, job_claim::*, job_finish::*, job_insert::*, job_lease::*,
-    job_read::*, job_rescue::*, ledger::*, migrate::*, tx::*,
+    counter::*, effect::*, enqueue_key::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*,
+    job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, purge::*,
+    tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -94,4 +95,30 @@ idem_store_tests::store_cases!(
     tx_unique_violation_is_duplicate,
     tx_job_shares_the_callers_transaction,
     tx_effect_commits_with_the_completion,
+    // enqueue_key
+    enqueue_key_dedups_inside_the_window,
+    enqueue_key_is_free_again_after_the_window,
+    enqueue_key_twice_in_one_batch_is_one_job,
+    enqueue_key_batch_keeps_the_input_order,
+    enqueue_key_follows_the_callers_transaction,
+    enqueue_key_racing_producer_gets_the_committed_job,
+    enqueue_key_racing_producer_takes_a_rolled_back_key,
+    enqueue_key_two_producers_at_once_get_one_job,
+    enqueue_key_many_producers_get_one_job,
+    // job_dead: snooze, retry, discard
+    snooze_gives_the_attempt_back,
+    snooze_never_makes_the_job_dead,
+    snooze_refuses_a_claim_not_current,
+    retry_puts_a_dead_job_back_with_a_fresh_ladder,
+    retry_takes_cancelled_jobs,
+    retry_leaves_other_jobs_alone,
+    discard_deletes_dead_jobs_with_their_history_and_key,
+    discard_leaves_jobs_not_dead_alone,
+    // purge
+    purge_finished_jobs_oldest_first,
+    purge_dead_jobs_only,
+    purge_effect_keys_created_before_the_cutoff,
+    purge_enqueue_keys_created_before_the_cutoff,
+    purge_of_a_large_table_runs_in_bounded_batches,
+    purge_of_a_job_frees_its_enqueue_key,
 );

@@ -9,6 +9,7 @@ async fn insert_one(db: &TestDb, kind: &str) -> i64 {
     let params = JobInsert {
         jobs: vec![job(kind)],
         now: Some(t0()),
+        ..JobInsert::default()
     };
     db.store
         .job_insert(params)

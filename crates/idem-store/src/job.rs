@@ -148,6 +148,11 @@ pub struct NewJob {
     pub run_at: Option<Timestamp>,
     /// Attempts allowed (≥ 1).
     pub max_attempts: i32,
+    /// Producer-supplied key that makes the enqueue idempotent per queue: while a job with
+    /// the same `(queue, enqueue_key)` was enqueued inside the window, the insert returns
+    /// that job instead, marked deduplicated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueue_key: Option<String>,
 }
 
 impl JobInsert {
@@ -232,11 +237,44 @@ pub struct Inserted {
     pub created_at: Timestamp,
 }
 
-/// Insert jobs in one statement.
+/// Insert jobs in one statement (and, for jobs with an enqueue key, one more that takes
+/// the keys).
 #[derive(Debug, Clone, Default)]
 pub struct JobInsert {
     /// The jobs, in order; the result has the same order.
     pub jobs: Vec<NewJob>,
+    /// How long an enqueue key deduplicates, in milliseconds: a key taken more than this
+    /// long before `now` is free again.
+    pub key_window_ms: i64,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+impl JobInsert {
+    /// Whether any job carries an enqueue key.
+    pub fn has_keys(&self) -> bool {
+        self.jobs.iter().any(|j| j.enqueue_key.is_some())
+    }
+}
+
+/// A job as an enqueue returned it: inserted now, or the earlier job with the same
+/// enqueue key.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Enqueued {
+    /// The job: the new one, or the one that holds the enqueue key.
+    pub job: JobRow,
+    /// True when the enqueue key was already taken inside the window and nothing new was
+    /// inserted.
+    pub deduplicated: bool,
+}
+
+/// Take enqueue keys for jobs just inserted, in one statement.
+#[derive(Debug, Clone, Default)]
+pub struct EnqueueKeyTake {
+    /// `(queue, key, job_id)` of each new job with a key; no `(queue, key)` twice.
+    pub keys: Vec<(String, String, i64)>,
+    /// A key taken more than this many milliseconds before `now` is free again.
+    pub window_ms: i64,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
 }
@@ -317,11 +355,15 @@ pub struct JobCompleteMany {
 pub struct JobFail {
     /// The claim.
     pub lease: LeaseToken,
-    /// What went wrong, kept as `last_error` and in the attempt history.
+    /// What went wrong, kept in the attempt history and (except for a snooze, which is
+    /// not an error) as `last_error`.
     pub error: String,
     /// `Some(ms)`: the job becomes `retryable` and runs again `ms` after `now`.
     /// `None`: the job becomes `dead`.
     pub retry_in_ms: Option<i64>,
+    /// Run again after `retry_in_ms` without spending an attempt (the claim's attempt is
+    /// given back); recorded as `snoozed`. Never makes the job dead.
+    pub snooze: bool,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
 }
@@ -376,6 +418,8 @@ pub enum AttemptOutcome {
     LeaseExpired,
     /// An operator cancelled the job while this attempt ran.
     Cancelled,
+    /// The handler asked to run later without spending an attempt.
+    Snoozed,
 }
 
 impl AttemptOutcome {
@@ -387,15 +431,18 @@ impl AttemptOutcome {
             AttemptOutcome::Dead => "dead",
             AttemptOutcome::LeaseExpired => "lease_expired",
             AttemptOutcome::Cancelled => "cancelled",
+            AttemptOutcome::Snoozed => "snoozed",
         }
     }
 }
 
 impl AttemptOutcome {
     /// The outcome of a failed attempt, from the job's state after the failure was
-    /// recorded: `dead` if the job is dead, else `retryable`.
-    pub fn of_failure(job: &JobRow) -> AttemptOutcome {
-        if job.state == JobState::Dead {
+    /// recorded: `dead` if the job is dead, `snoozed` for a snooze, else `retryable`.
+    pub fn of_failure(job: &JobRow, snooze: bool) -> AttemptOutcome {
+        if snooze {
+            AttemptOutcome::Snoozed
+        } else if job.state == JobState::Dead {
             AttemptOutcome::Dead
         } else {
             AttemptOutcome::Retryable
@@ -408,7 +455,7 @@ impl std::str::FromStr for AttemptOutcome {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         use AttemptOutcome::*;
-        [Completed, Retryable, Dead, LeaseExpired, Cancelled]
+        [Completed, Retryable, Dead, LeaseExpired, Cancelled, Snoozed]
             .into_iter()
             .find(|o| o.as_str() == s)
             .ok_or_else(|| StoreError::Database(format!("unknown attempt outcome {s:?}")))

@@ -17,9 +17,11 @@
 
 mod counter;
 mod effect;
+pub mod enqueue;
 mod error;
 mod job;
 mod ledger;
+mod maintenance;
 pub mod migration;
 mod store;
 mod value;
@@ -28,11 +30,12 @@ pub use counter::{CounterAssigned, CounterNext};
 pub use effect::{EffectClaim, EffectClaimed, EffectRecord};
 pub use error::{StoreError, StoreResult};
 pub use job::{
-    AttemptOutcome, AttemptRow, Inserted, JobCancel, JobClaim, JobComplete, JobCompleteMany,
-    JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal,
-    LeaseToken, NewJob, QueueCount,
+    AttemptOutcome, AttemptRow, EnqueueKeyTake, Enqueued, Inserted, JobCancel, JobClaim,
+    JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue,
+    JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
+pub use maintenance::{JobDiscard, JobRetry, Purge, PurgeTarget};
 pub use store::{Store, StoreTx, Wakeups};
 pub use value::SqlValue;
 

@@ -19,10 +19,16 @@ pub struct Migration {
 }
 
 /// How many migrations this build has.
-pub const COUNT: usize = 4;
+pub const COUNT: usize = 5;
 
 /// Every migration's version and name, the same on every store, in order.
-pub const NAMES: [(i64, &str); COUNT] = [(1, "job"), (2, "effect"), (3, "ledger"), (4, "counter")];
+pub const NAMES: [(i64, &str); COUNT] = [
+    (1, "job"),
+    (2, "effect"),
+    (3, "ledger"),
+    (4, "counter"),
+    (5, "enqueue_key"),
+];
 
 /// A store's migrations: `sql[i]` is the store's SQL for `NAMES[i]`. A store that lacks
 /// a migration, or has one too many, does not compile.

@@ -11,9 +11,9 @@ use std::any::Any;
 use async_trait::async_trait;
 
 use crate::{
-    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat,
-    JobInsert, JobList, JobRescue, JobRow, LeaseRenewal, QueueCount, SqlValue, StoreResult,
-    Timestamp,
+    AttemptRow, Backend, EnqueueKeyTake, Enqueued, JobCancel, JobClaim, JobComplete,
+    JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobList, JobRescue, JobRetry,
+    JobRow, LeaseRenewal, Purge, PurgeTarget, QueueCount, SqlValue, StoreResult, Timestamp,
 };
 
 /// Runs `$op` on a fresh transaction and commits it.
@@ -94,10 +94,38 @@ pub trait Store: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// [`StoreTx::job_insert`] in its own transaction.
-    async fn job_insert(&self, params: JobInsert) -> StoreResult<Vec<JobRow>> {
-        in_tx!(self, job_insert, params)
+    /// [`StoreTx::job_insert`] in its own transaction. A batch without enqueue keys goes
+    /// through [`Store::job_insert_rows`], which a store may run as one statement.
+    async fn job_insert(&self, params: JobInsert) -> StoreResult<Vec<Enqueued>> {
+        if params.has_keys() {
+            return in_tx!(self, job_insert, params);
+        }
+        let rows = self.job_insert_rows(params).await?;
+        Ok(rows.into_iter().map(Enqueued::new).collect())
     }
+
+    /// [`StoreTx::job_insert_rows`] in its own transaction.
+    async fn job_insert_rows(&self, params: JobInsert) -> StoreResult<Vec<JobRow>> {
+        in_tx!(self, job_insert_rows, params)
+    }
+
+    /// [`StoreTx::job_retry`] in its own transaction.
+    async fn job_retry(&self, params: JobRetry) -> StoreResult<Vec<JobRow>> {
+        in_tx!(self, job_retry, params)
+    }
+
+    /// [`StoreTx::job_discard`] in its own transaction.
+    async fn job_discard(&self, params: JobDiscard) -> StoreResult<Vec<i64>> {
+        in_tx!(self, job_discard, params)
+    }
+
+    /// [`StoreTx::purge`] in its own transaction.
+    async fn purge(&self, params: Purge) -> StoreResult<u64> {
+        in_tx!(self, purge, params)
+    }
+
+    /// How many records of `target` a purge with cutoff `before` would delete.
+    async fn purge_count(&self, target: PurgeTarget, before: crate::Timestamp) -> StoreResult<u64>;
 
     /// [`StoreTx::job_claim`] in its own transaction.
     async fn job_claim(&self, params: JobClaim) -> StoreResult<Vec<JobRow>> {
@@ -155,9 +183,46 @@ pub trait StoreTx: Send {
     /// Discards everything written in this transaction.
     async fn rollback(self: Box<Self>) -> StoreResult<()>;
 
-    /// Inserts jobs in one statement; returns the rows in the order given. A job whose
-    /// `run_at` is after `now` is `scheduled`, otherwise `available`.
-    async fn job_insert(&mut self, params: JobInsert) -> StoreResult<Vec<JobRow>>;
+    /// Inserts jobs; returns them in the order given. A job whose `run_at` is after `now`
+    /// is `scheduled`, otherwise `available`. A job whose `(queue, enqueue_key)` is held
+    /// inside the window returns the holding job, marked deduplicated, and inserts
+    /// nothing (see [`crate::enqueue`]).
+    async fn job_insert(&mut self, params: JobInsert) -> StoreResult<Vec<Enqueued>> {
+        crate::enqueue::insert(self, params).await
+    }
+
+    /// Inserts jobs in one statement, ignoring their enqueue keys; returns the rows in the
+    /// order given. The building block of [`StoreTx::job_insert`].
+    async fn job_insert_rows(&mut self, params: JobInsert) -> StoreResult<Vec<JobRow>>;
+
+    /// Takes enqueue keys for new jobs in one statement: a key not held, or held since
+    /// before the window, is (re)assigned to the new job. Returns the ids of the jobs
+    /// that got their key.
+    async fn enqueue_key_take(&mut self, params: EnqueueKeyTake) -> StoreResult<Vec<i64>>;
+
+    /// The job holding each `(queue, key)` given: `(queue, key, job_id)`.
+    async fn enqueue_key_find(
+        &mut self,
+        keys: Vec<(String, String)>,
+    ) -> StoreResult<Vec<(String, String, i64)>>;
+
+    /// Deletes jobs just inserted in this transaction (an enqueue that lost its key).
+    async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64>;
+
+    /// The listed jobs, in id order, read in this transaction.
+    async fn job_get_many(&mut self, ids: Vec<i64>) -> StoreResult<Vec<JobRow>>;
+
+    /// Puts dead or cancelled jobs back to `available` now, with attempt 0 (a fresh
+    /// ladder); their attempt history and fence are kept. Returns the jobs changed.
+    async fn job_retry(&mut self, params: JobRetry) -> StoreResult<Vec<JobRow>>;
+
+    /// Deletes dead jobs with their attempt history and enqueue keys; returns the ids
+    /// deleted.
+    async fn job_discard(&mut self, params: JobDiscard) -> StoreResult<Vec<i64>>;
+
+    /// Deletes up to `params.limit` records of `params.target` older than
+    /// `params.before`, oldest first; returns how many (jobs, not their attempts).
+    async fn purge(&mut self, params: Purge) -> StoreResult<u64>;
 
     /// Claims up to `limit` claimable jobs of a queue (available, or scheduled/retryable
     /// with `run_at` reached) in priority, `run_at`, id order, in one statement. Each

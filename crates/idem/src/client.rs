@@ -9,11 +9,12 @@ use std::sync::Arc;
 use idem_postgres::{PgOptions, PgStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_store::{
-    AttemptRow, JobCancel, JobInsert, JobList, JobRescue, JobRow, LedgerMismatch, QueueCount,
-    SqlValue, Store, StoreTx,
+    AttemptRow, Enqueued, JobCancel, JobInsert, JobList, JobRescue, JobRow, LedgerMismatch,
+    QueueCount, SqlValue, Store, StoreTx,
 };
 
 use crate::clock::{Clock, DatabaseClock};
+use crate::config::Retention;
 use crate::error::IdemError;
 use crate::job::Job;
 use crate::metrics::{Metrics, MetricsSnapshot};
@@ -48,6 +49,7 @@ pub struct Idem {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) waker: Waker,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) retention: Retention,
 }
 
 impl std::fmt::Debug for Idem {
@@ -74,7 +76,23 @@ impl Idem {
             clock: Arc::new(DatabaseClock),
             waker: Waker::default(),
             metrics: Arc::new(Metrics::default()),
+            retention: Retention::default(),
         }
+    }
+
+    /// The same client with other retention windows: how long enqueue keys and effect
+    /// keys deduplicate, and how long finished jobs are kept. Refused unless valid
+    /// ([`Retention::validate`]); a worker also refuses to start when the windows do not
+    /// cover its retry horizon.
+    pub fn with_retention(mut self, retention: Retention) -> Result<Idem, IdemError> {
+        retention.validate()?;
+        self.retention = retention;
+        Ok(self)
+    }
+
+    /// The retention windows in force.
+    pub fn retention(&self) -> &Retention {
+        &self.retention
     }
 
     /// The same client with injected time (tests, simulations).
@@ -88,14 +106,16 @@ impl Idem {
         &self.store
     }
 
-    /// Enqueues one job.
-    pub async fn enqueue(&self, job: Job) -> Result<JobRow, IdemError> {
+    /// Enqueues one job. With an enqueue key already held inside the window, nothing is
+    /// written and the holding job is returned, marked deduplicated.
+    pub async fn enqueue(&self, job: Job) -> Result<Enqueued, IdemError> {
         let mut rows = self.enqueue_many(vec![job]).await?;
         Ok(rows.remove(0))
     }
 
-    /// Enqueues many jobs in one statement; all or none are written.
-    pub async fn enqueue_many(&self, jobs: Vec<Job>) -> Result<Vec<JobRow>, IdemError> {
+    /// Enqueues many jobs in one statement (two when some carry enqueue keys); all or
+    /// none are written. Results follow the input order.
+    pub async fn enqueue_many(&self, jobs: Vec<Job>) -> Result<Vec<Enqueued>, IdemError> {
         let params = self.insert_params(jobs)?;
         let rows = self.store.job_insert(params).await?;
         self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
@@ -113,7 +133,7 @@ impl Idem {
     }
 
     /// Enqueues a job inside the caller's transaction.
-    pub async fn enqueue_tx(&self, tx: &mut Tx, job: Job) -> Result<JobRow, IdemError> {
+    pub async fn enqueue_tx(&self, tx: &mut Tx, job: Job) -> Result<Enqueued, IdemError> {
         let mut rows = self.enqueue_many_tx(tx, vec![job]).await?;
         Ok(rows.remove(0))
     }
@@ -123,20 +143,22 @@ impl Idem {
         &self,
         tx: &mut Tx,
         jobs: Vec<Job>,
-    ) -> Result<Vec<JobRow>, IdemError> {
+    ) -> Result<Vec<Enqueued>, IdemError> {
         let params = self.insert_params(jobs)?;
         let rows = tx.inner.job_insert(params).await?;
         tx.queues.extend(rows.iter().map(|r| r.queue.clone()));
         Ok(rows)
     }
 
-    fn insert_params(&self, jobs: Vec<Job>) -> Result<JobInsert, IdemError> {
+    /// The store's insert of `jobs`, checked, with this client's enqueue-key window.
+    pub(crate) fn insert_params(&self, jobs: Vec<Job>) -> Result<JobInsert, IdemError> {
         let jobs = jobs
             .into_iter()
             .map(Job::into_new)
             .collect::<Result<Vec<_>, _>>()?;
         Ok(JobInsert {
             jobs,
+            key_window_ms: millis(self.retention.enqueue_keys),
             now: self.clock.now(),
         })
     }
@@ -205,8 +227,12 @@ impl Idem {
         self.metrics.snapshot()
     }
 
-    /// A worker over this client's store and clock.
+    /// A worker over this client's store and clock. Refused when the configuration is
+    /// invalid or when this client's retention windows do not cover the worker's retry
+    /// horizon (the error names both durations).
     pub fn worker(&self, config: WorkerConfig) -> Result<Worker, IdemError> {
+        config.validate()?;
+        self.retention.check_covers(&config.horizon())?;
         Worker::new(self.clone(), config)
     }
 }
@@ -250,6 +276,11 @@ impl Tx {
     pub async fn rollback(self) -> Result<(), IdemError> {
         Ok(self.inner.rollback().await?)
     }
+}
+
+/// A duration in whole milliseconds, saturating.
+pub(crate) fn millis(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]

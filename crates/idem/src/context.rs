@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::Notify;
 
 use idem_store::{
-    CounterAssigned, CounterNext, EffectClaim, EffectClaimed, JobComplete, JobInsert, JobLock,
+    CounterAssigned, CounterNext, EffectClaim, EffectClaimed, Enqueued, JobComplete, JobLock,
     JobRow, LeaseToken, LedgerPost, LedgerPosted, SqlValue, Store, StoreTx,
 };
 
@@ -145,6 +145,65 @@ impl<'a> EffectTx<'a> {
     /// [`EffectClaimed::Done`] means it was already made (the record says by which job
     /// and when), so make nothing. The key's record commits or rolls back with the
     /// effect, and the store's unique key decides every race.
+    ///
+    /// The same receipt requested twice makes one outbox row:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use idem::{EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError, WorkerConfig};
+    /// use tokio::sync::mpsc;
+    ///
+    /// struct ReceiptMail {
+    ///     done: mpsc::UnboundedSender<bool>, // tells the example a job finished
+    /// }
+    ///
+    /// impl Handler for ReceiptMail {
+    ///     const KIND: &'static str = "receipt-mail";
+    ///     const EFFECT: EffectClass = EffectClass::Transactional;
+    ///     type Args = i64; // the order id
+    ///
+    ///     async fn run(&self, cx: &mut JobContext, order_id: i64) -> Result<(), JobError> {
+    ///         let mut tx = cx.begin().await?;
+    ///         let key = EffectKey::new("receipt-mail").part(order_id);
+    ///         let new = tx.claim_effect(&key).await?.is_new();
+    ///         if new {
+    ///             let sql = "INSERT INTO outbox (order_id) VALUES ($1)";
+    ///             tx.execute(sql, &[order_id.into()]).await?;
+    ///         }
+    ///         tx.complete().await?; // key, row and completion commit together
+    ///         let _ = self.done.send(new);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let idem = Idem::connect(&format!("sqlite://{}/idem.db", dir.path().display())).await?;
+    /// # let mut setup = idem.begin().await?;
+    /// # setup.execute("CREATE TABLE outbox (order_id BIGINT NOT NULL)", &[]).await?;
+    /// # setup.commit().await?;
+    /// for _ in 0..2 {
+    ///     idem.enqueue(Job::new("receipt-mail", serde_json::json!(42))).await?;
+    /// }
+    /// let (done, mut finished) = mpsc::unbounded_channel();
+    /// let mut worker = idem.worker(WorkerConfig::default())?;
+    /// worker.register(ReceiptMail { done })?;
+    /// let running = worker.start();
+    /// let mut news = Vec::new();
+    /// for _ in 0..2 {
+    ///     news.push(tokio::time::timeout(Duration::from_secs(30), finished.recv()).await?);
+    /// }
+    /// running.shutdown().await;
+    ///
+    /// news.sort();
+    /// assert_eq!(news, [Some(false), Some(true)]); // one made the mail, one found it done
+    /// let rows = idem.store().query("SELECT count(*) FROM outbox", &[]).await?;
+    /// assert_eq!(rows[0][0].as_i64(), Some(1));
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn claim_effect(&mut self, key: &EffectKey) -> Result<EffectClaimed, IdemError> {
         let params = EffectClaim {
             key: key.render()?,
@@ -182,6 +241,71 @@ impl<'a> EffectTx<'a> {
     /// (`EffectKey::new("transfer").part(id).part("debit")`) and moves `account`'s running
     /// total by `amount`, in this transaction. A duplicate post (the key exists) changes
     /// nothing and answers [`LedgerPosted::Duplicate`] with the entry that was posted.
+    ///
+    /// The same transfer delivered twice moves the money once:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use idem::{EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError, WorkerConfig};
+    /// use tokio::sync::mpsc;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Transfer {
+    ///     id: i64,
+    ///     from: String,
+    ///     to: String,
+    ///     amount: i64,
+    /// }
+    ///
+    /// struct PostTransfer {
+    ///     done: mpsc::UnboundedSender<bool>, // tells the example a job finished
+    /// }
+    ///
+    /// impl Handler for PostTransfer {
+    ///     const KIND: &'static str = "transfer";
+    ///     const EFFECT: EffectClass = EffectClass::Transactional;
+    ///     type Args = Transfer;
+    ///
+    ///     async fn run(&self, cx: &mut JobContext, t: Transfer) -> Result<(), JobError> {
+    ///         let mut tx = cx.begin().await?;
+    ///         let key = |side: &str| EffectKey::new("transfer").part(t.id).part(side);
+    ///         let debit = tx.ledger_post(&key("debit"), &t.from, -t.amount).await?;
+    ///         let credit = tx.ledger_post(&key("credit"), &t.to, t.amount).await?;
+    ///         tx.complete().await?; // entries, totals and completion commit together
+    ///         let _ = self.done.send(debit.is_new() && credit.is_new());
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let idem = Idem::connect(&format!("sqlite://{}/idem.db", dir.path().display())).await?;
+    /// let transfer = serde_json::json!({"id": 7, "from": "alice", "to": "bob", "amount": 100});
+    /// for _ in 0..2 {
+    ///     idem.enqueue(Job::new("transfer", transfer.clone())).await?;
+    /// }
+    /// let (done, mut finished) = mpsc::unbounded_channel();
+    /// let mut worker = idem.worker(WorkerConfig::default())?;
+    /// worker.register(PostTransfer { done })?;
+    /// let running = worker.start();
+    /// let mut news = Vec::new();
+    /// for _ in 0..2 {
+    ///     news.push(tokio::time::timeout(Duration::from_secs(30), finished.recv()).await?);
+    /// }
+    /// running.shutdown().await;
+    ///
+    /// news.sort();
+    /// assert_eq!(news, [Some(false), Some(true)]); // the second post changed nothing
+    /// let sql = "SELECT account, balance FROM idem_ledger_balance ORDER BY account";
+    /// let rows = idem.store().query(sql, &[]).await?;
+    /// let balances: Vec<_> = rows.iter().map(|r| (r[0].as_str(), r[1].as_i64())).collect();
+    /// assert_eq!(balances, [(Some("alice"), Some(-100)), (Some("bob"), Some(100))]);
+    /// assert!(idem.ledger_verify().await?.is_empty()); // totals equal their entries
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn ledger_post(
         &mut self,
         entry: &EffectKey,
@@ -204,6 +328,69 @@ impl<'a> EffectTx<'a> {
     /// the same key (a retry of an effect already done). An attempt that rolls back gives
     /// its number back, so retries leave no gaps, unlike a database sequence, whose
     /// `nextval` is never rolled back.
+    ///
+    /// Invoices for orders 7 and 8, with order 7's job delivered twice, get the numbers 1
+    /// and 2; the repeat gets order 7's number again:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use idem::{EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError, WorkerConfig};
+    /// use tokio::sync::mpsc;
+    ///
+    /// struct Invoice {
+    ///     done: mpsc::UnboundedSender<(i64, i64, bool)>, // tells the example a job finished
+    /// }
+    ///
+    /// impl Handler for Invoice {
+    ///     const KIND: &'static str = "invoice";
+    ///     const EFFECT: EffectClass = EffectClass::Transactional;
+    ///     type Args = i64; // the order id
+    ///
+    ///     async fn run(&self, cx: &mut JobContext, order_id: i64) -> Result<(), JobError> {
+    ///         let mut tx = cx.begin().await?;
+    ///         let key = EffectKey::new("invoice-number").part(order_id);
+    ///         let n = tx.next_number("invoice", &key).await?;
+    ///         if n.new {
+    ///             let sql = "INSERT INTO invoice (order_id, number) VALUES ($1, $2)";
+    ///             tx.execute(sql, &[order_id.into(), n.number.into()]).await?;
+    ///         }
+    ///         tx.complete().await?; // number, invoice and completion commit together
+    ///         let _ = self.done.send((order_id, n.number, n.new));
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let idem = Idem::connect(&format!("sqlite://{}/idem.db", dir.path().display())).await?;
+    /// # let mut setup = idem.begin().await?;
+    /// # let table = "CREATE TABLE invoice (order_id BIGINT NOT NULL, number BIGINT NOT NULL)";
+    /// # setup.execute(table, &[]).await?;
+    /// # setup.commit().await?;
+    /// for order_id in [7, 8, 7] {
+    ///     idem.enqueue(Job::new("invoice", serde_json::json!(order_id))).await?;
+    /// }
+    /// let (done, mut finished) = mpsc::unbounded_channel();
+    /// let one_at_a_time = WorkerConfig::default().only_queue("default", 1);
+    /// let mut worker = idem.worker(one_at_a_time)?;
+    /// worker.register(Invoice { done })?;
+    /// let running = worker.start();
+    /// let mut answers = Vec::new();
+    /// for _ in 0..3 {
+    ///     answers.push(tokio::time::timeout(Duration::from_secs(30), finished.recv()).await?);
+    /// }
+    /// running.shutdown().await;
+    ///
+    /// assert_eq!(answers, [Some((7, 1, true)), Some((8, 2, true)), Some((7, 1, false))]);
+    /// let sql = "SELECT order_id, number FROM invoice ORDER BY number";
+    /// let rows = idem.store().query(sql, &[]).await?;
+    /// let invoices: Vec<_> = rows.iter().map(|r| (r[0].as_i64(), r[1].as_i64())).collect();
+    /// assert_eq!(invoices, [(Some(7), Some(1)), (Some(8), Some(2))]); // no gap, none twice
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn next_number(
         &mut self,
         counter: &str,
@@ -219,14 +406,11 @@ impl<'a> EffectTx<'a> {
         Ok(self.tx.counter_next(params).await?)
     }
 
-    /// Enqueues follow-up jobs that commit with the effect.
-    pub async fn enqueue_many(&mut self, jobs: Vec<Job>) -> Result<Vec<JobRow>, IdemError> {
-        let jobs = jobs
-            .into_iter()
-            .map(Job::into_new)
-            .collect::<Result<Vec<_>, _>>()?;
-        let now = self.cx.idem.clock.now();
-        let rows = self.tx.job_insert(JobInsert { jobs, now }).await?;
+    /// Enqueues follow-up jobs that commit with the effect. A job whose enqueue key is
+    /// held inside the window returns the holding job, marked deduplicated.
+    pub async fn enqueue_many(&mut self, jobs: Vec<Job>) -> Result<Vec<Enqueued>, IdemError> {
+        let params = self.cx.idem.insert_params(jobs)?;
+        let rows = self.tx.job_insert(params).await?;
         self.queues.extend(rows.iter().map(|r| r.queue.clone()));
         Ok(rows)
     }

@@ -41,6 +41,8 @@ pub enum JobErrorKind {
     Permanent,
     /// The claim was lost; another worker owns the job. Nothing is recorded.
     LeaseLost,
+    /// Run again after a delay without spending an attempt or a rung of the ladder.
+    Snooze,
 }
 
 /// The error a handler returns.
@@ -79,6 +81,17 @@ impl JobError {
             kind: JobErrorKind::Permanent,
             message: e.to_string(),
             retry_after: None,
+        }
+    }
+
+    /// Not now: run the job again after `delay` without spending an attempt or a rung
+    /// of the ladder (waiting for a resource, a rate limit, a time of day). The attempt
+    /// history records it as `snoozed`.
+    pub fn snooze(delay: Duration) -> Self {
+        JobError {
+            kind: JobErrorKind::Snooze,
+            message: format!("snoozed for {delay:?}"),
+            retry_after: Some(delay),
         }
     }
 

@@ -19,6 +19,7 @@ pub struct Job {
     priority: i16,
     run_at: Option<Timestamp>,
     max_attempts: i32,
+    enqueue_key: Option<String>,
 }
 
 impl Job {
@@ -31,6 +32,7 @@ impl Job {
             priority: 0,
             run_at: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            enqueue_key: None,
         }
     }
 
@@ -58,6 +60,15 @@ impl Job {
         self
     }
 
+    /// Makes the enqueue idempotent: while a job of the same queue with this key was
+    /// enqueued inside the enqueue-key retention window, enqueueing again returns that
+    /// job, marked deduplicated, and writes nothing. 1–255 printable ASCII characters;
+    /// name the producer's request (`order:42:receipt`), not the attempt.
+    pub fn enqueue_key(mut self, key: impl Into<String>) -> Self {
+        self.enqueue_key = Some(key.into());
+        self
+    }
+
     /// The kind.
     pub fn kind(&self) -> &str {
         &self.kind
@@ -73,7 +84,11 @@ impl Job {
                 self.max_attempts
             )));
         }
+        if let Some(key) = &self.enqueue_key {
+            check_text("enqueue_key", key)?;
+        }
         Ok(NewJob {
+            enqueue_key: self.enqueue_key,
             kind: self.kind,
             queue: self.queue,
             args: self.args,
@@ -82,6 +97,17 @@ impl Job {
             max_attempts: self.max_attempts,
         })
     }
+}
+
+/// Checks an enqueue key: 1–255 printable ASCII characters, spaces allowed.
+fn check_text(field: &str, value: &str) -> Result<(), IdemError> {
+    let printable = value.chars().all(|c| c == ' ' || c.is_ascii_graphic());
+    if value.is_empty() || value.len() > MAX_NAME_LEN || !printable {
+        return Err(IdemError::InvalidJob(format!(
+            "{field} {value:?} is not valid: use 1 to {MAX_NAME_LEN} printable ASCII characters"
+        )));
+    }
+    Ok(())
 }
 
 /// Checks a kind or queue name: 1–255 printable ASCII characters.
@@ -117,5 +143,20 @@ mod tests {
             .into_new()
             .unwrap_err();
         assert!(err.to_string().contains("max_attempts"), "{err}");
+        let err = Job::new("k", serde_json::json!(1))
+            .enqueue_key("")
+            .into_new()
+            .unwrap_err();
+        assert!(err.to_string().contains("enqueue_key"), "{err}");
+        let err = Job::new("k", serde_json::json!(1))
+            .enqueue_key("tab\there")
+            .into_new()
+            .unwrap_err();
+        assert!(err.to_string().contains("enqueue_key"), "{err}");
+        let ok = Job::new("k", serde_json::json!(1))
+            .enqueue_key("order 42")
+            .into_new()
+            .unwrap();
+        assert_eq!(ok.enqueue_key.as_deref(), Some("order 42"));
     }
 }

@@ -44,11 +44,13 @@
 mod client;
 mod clock;
 mod completer;
+pub mod config;
 mod context;
 mod effect;
 mod error;
 mod handler;
 mod job;
+mod maintenance;
 mod metrics;
 pub mod retry;
 mod transition;
@@ -57,16 +59,20 @@ mod worker;
 
 pub use client::{Idem, Tx, connect_store};
 pub use clock::{Clock, DatabaseClock, ManualClock};
+pub use config::{
+    DEFAULT_RETENTION, HORIZON_MARGIN, Horizon, Retention, WindowCheck, retry_horizon,
+};
 pub use context::{EffectTx, JobContext};
 pub use effect::EffectKey;
 pub use error::{IdemError, JobError, JobErrorKind};
 pub use handler::{EffectClass, Handler};
 pub use idem_store::{
-    AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, JobList,
-    JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch, LedgerPosted, QueueCount, SqlValue,
-    Store, StoreError, StoreTx, Timestamp,
+    AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, Enqueued,
+    JobList, JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch, LedgerPosted, PurgeTarget,
+    QueueCount, SqlValue, Store, StoreError, StoreTx, Timestamp,
 };
 pub use job::Job;
+pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter};
 pub use metrics::MetricsSnapshot;
 pub use transition::{Guard, Transition};
 pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerReport};

@@ -58,6 +58,75 @@ impl Guard {
     }
 
     /// Moves the row `id` from state `from` to state `to` in the transaction `tx`.
+    ///
+    /// In a handler, `tx` is the job's fenced transaction ([`EffectTx::store_tx`]), so the
+    /// move commits with the job's completion. Order 42 paid twice moves once; order 43,
+    /// cancelled meanwhile, is a conflict:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use idem::{
+    ///     EffectClass, Guard, Handler, Idem, Job, JobContext, JobError, Transition, WorkerConfig,
+    /// };
+    /// use tokio::sync::mpsc;
+    ///
+    /// struct MarkPaid {
+    ///     orders: Guard,
+    ///     done: mpsc::UnboundedSender<Transition>, // tells the example a job finished
+    /// }
+    ///
+    /// impl Handler for MarkPaid {
+    ///     const KIND: &'static str = "mark-paid";
+    ///     const EFFECT: EffectClass = EffectClass::Transactional;
+    ///     type Args = i64; // the order id
+    ///
+    ///     async fn run(&self, cx: &mut JobContext, order_id: i64) -> Result<(), JobError> {
+    ///         let mut tx = cx.begin().await?;
+    ///         let moved = self.orders.apply(tx.store_tx(), order_id, "pending", "paid").await?;
+    ///         tx.complete().await?; // the move and the completion commit together
+    ///         let _ = self.done.send(moved);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let dir = tempfile::tempdir()?;
+    /// let idem = Idem::connect(&format!("sqlite://{}/idem.db", dir.path().display())).await?;
+    /// # let mut setup = idem.begin().await?;
+    /// # let table = "CREATE TABLE orders (id BIGINT PRIMARY KEY, status TEXT NOT NULL)";
+    /// # setup.execute(table, &[]).await?;
+    /// # let rows = "INSERT INTO orders (id, status) VALUES (42, 'pending'), (43, 'cancelled')";
+    /// # setup.execute(rows, &[]).await?;
+    /// # setup.commit().await?;
+    /// for order_id in [42, 42, 43] {
+    ///     idem.enqueue(Job::new("mark-paid", serde_json::json!(order_id))).await?;
+    /// }
+    /// let (done, mut finished) = mpsc::unbounded_channel();
+    /// let orders = Guard::new("orders", "id", "status")?;
+    /// let mut worker = idem.worker(WorkerConfig::default().only_queue("default", 1))?;
+    /// worker.register(MarkPaid { orders, done })?;
+    /// let running = worker.start();
+    /// let mut answers = Vec::new();
+    /// for _ in 0..3 {
+    ///     answers.push(tokio::time::timeout(Duration::from_secs(30), finished.recv()).await?);
+    /// }
+    /// running.shutdown().await;
+    ///
+    /// let cancelled = Transition::Conflict { current: Some("cancelled".into()) };
+    /// assert_eq!(
+    ///     answers,
+    ///     [Some(Transition::Changed), Some(Transition::AlreadyThere), Some(cancelled)]
+    /// );
+    /// let rows = idem.store().query("SELECT status FROM orders ORDER BY id", &[]).await?;
+    /// let states: Vec<_> = rows.iter().map(|row| row[0].as_str().unwrap()).collect();
+    /// assert_eq!(states, ["paid", "cancelled"]);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`EffectTx::store_tx`]: crate::EffectTx::store_tx
     pub async fn apply(
         &self,
         tx: &mut dyn StoreTx,

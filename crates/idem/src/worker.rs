@@ -24,11 +24,12 @@ use tokio::task::JoinHandle;
 
 use crate::client::Idem;
 use crate::completer::Completer;
+use crate::config::{Horizon, retry_horizon};
 use crate::context::{JobContext, LeaseSignal};
 use crate::error::{IdemError, JobError, JobErrorKind};
 use crate::handler::{EffectClass, ErasedHandler, Handler, Registered};
 use crate::job::{DEFAULT_QUEUE, check_name};
-use crate::retry::RetryLadder;
+use crate::retry::{DEFAULT_MAX_ATTEMPTS, RetryLadder};
 
 /// Default lease: 30 s.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
@@ -44,6 +45,8 @@ pub const DEFAULT_RESCUE_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most jobs one claim statement takes.
 pub const DEFAULT_CLAIM_BATCH: usize = 100;
+/// Default time between purges.
+pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Highest concurrency accepted per queue.
 pub const MAX_CONCURRENCY: usize = 10_000;
 
@@ -68,8 +71,19 @@ pub struct WorkerConfig {
     pub shutdown_timeout: Duration,
     /// Most jobs one claim statement takes.
     pub claim_batch: usize,
-    /// Delays between attempts.
+    /// Delays between attempts, for queues and kinds without a ladder of their own.
     pub ladder: RetryLadder,
+    /// Ladders of particular queues (over [`WorkerConfig::ladder`]).
+    pub queue_ladders: BTreeMap<String, RetryLadder>,
+    /// Ladders of particular job kinds (over a queue's ladder).
+    pub kind_ladders: BTreeMap<String, RetryLadder>,
+    /// The most attempts any job runs here: a job enqueued with more is dead after this
+    /// many. The retry horizon, which the retention windows must cover, is computed with
+    /// it.
+    pub max_attempts: i32,
+    /// Time between purges of records past their retention; `None` = this worker does
+    /// not purge (run `idem purge` or another worker's purger).
+    pub purge_interval: Option<Duration>,
 }
 
 impl Default for WorkerConfig {
@@ -85,6 +99,10 @@ impl Default for WorkerConfig {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             claim_batch: DEFAULT_CLAIM_BATCH,
             ladder: RetryLadder::default(),
+            queue_ladders: BTreeMap::new(),
+            kind_ladders: BTreeMap::new(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            purge_interval: Some(DEFAULT_PURGE_INTERVAL),
         }
     }
 }
@@ -142,7 +160,48 @@ impl WorkerConfig {
         if self.claim_batch == 0 {
             return bad("claim batch is 0; it must be at least 1".into());
         }
-        self.ladder.validate().map_err(IdemError::Config)
+        if self.max_attempts < 1 {
+            return bad(format!(
+                "max_attempts is {}; it must be at least 1",
+                self.max_attempts
+            ));
+        }
+        if self.purge_interval.is_some_and(|d| d.is_zero()) {
+            return bad("purge interval is zero; give a positive interval or none".into());
+        }
+        self.ladder.validate().map_err(IdemError::Config)?;
+        for (what, ladders) in [("queue", &self.queue_ladders), ("kind", &self.kind_ladders)] {
+            for (name, ladder) in ladders {
+                ladder.validate().map_err(|e| {
+                    IdemError::Config(format!("the ladder of {what} {name:?}: {e}"))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The ladder a job of `queue` and `kind` retries along: the kind's, else the
+    /// queue's, else the default.
+    pub fn ladder_for(&self, queue: &str, kind: &str) -> &RetryLadder {
+        self.kind_ladders
+            .get(kind)
+            .or_else(|| self.queue_ladders.get(queue))
+            .unwrap_or(&self.ladder)
+    }
+
+    /// The worst-case time from a job's first attempt to its last under this
+    /// configuration (see [`retry_horizon`]).
+    pub fn horizon(&self) -> Horizon {
+        let ladders = std::iter::once(&self.ladder)
+            .chain(self.queue_ladders.values())
+            .chain(self.kind_ladders.values());
+        retry_horizon(
+            ladders,
+            self.max_attempts,
+            self.lease,
+            self.job_timeout,
+            self.rescue_interval,
+        )
     }
 }
 
@@ -155,6 +214,8 @@ pub struct WorkerReport {
     pub completed: u64,
     /// Failed attempts that will run again.
     pub retried: u64,
+    /// Attempts that snoozed (run later without spending an attempt).
+    pub snoozed: u64,
     /// Jobs this worker moved to `dead`.
     pub dead: u64,
     /// Writes refused because the claim was stale (lease lost): the fence at work.
@@ -172,6 +233,7 @@ struct Stats {
     claimed: AtomicU64,
     completed: AtomicU64,
     retried: AtomicU64,
+    snoozed: AtomicU64,
     dead: AtomicU64,
     lease_lost: AtomicU64,
     panicked: AtomicU64,
@@ -190,6 +252,7 @@ impl Stats {
             claimed: get(&self.claimed),
             completed: get(&self.completed),
             retried: get(&self.retried),
+            snoozed: get(&self.snoozed),
             dead: get(&self.dead),
             lease_lost: get(&self.lease_lost),
             panicked: get(&self.panicked),
@@ -280,6 +343,13 @@ impl Worker {
             tasks.push(tokio::spawn(claim_loop(s, q, *concurrency, rx)));
         }
         tasks.push(tokio::spawn(listen_loop(shared.clone(), claims_rx.clone())));
+        if let Some(every) = shared.config.purge_interval {
+            tasks.push(tokio::spawn(purge_loop(
+                shared.clone(),
+                every,
+                claims_rx.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(rescue_loop(shared.clone(), claims_rx)));
         let upkeep = vec![
             tokio::spawn(heartbeat_loop(shared.clone(), upkeep_rx)),
@@ -584,6 +654,7 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
     match result {
         Ok(Finished::Completed) => Stats::add(&stats.completed, 1),
         Ok(Finished::Retried) => Stats::add(&stats.retried, 1),
+        Ok(Finished::Snoozed) => Stats::add(&stats.snoozed, 1),
         Ok(Finished::Dead) => Stats::add(&stats.dead, 1),
         Ok(Finished::LeaseLost) | Err(StoreError::LeaseLost { .. }) => {
             tracing::info!(
@@ -602,32 +673,37 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
 enum Finished {
     Completed,
     Retried,
+    Snoozed,
     Dead,
     LeaseLost,
 }
 
 async fn fail(shared: &Shared, job: &JobRow, e: JobError) -> StoreResult<Finished> {
-    let retry_in_ms = match e.kind {
+    let config = &shared.config;
+    let snooze = e.kind == JobErrorKind::Snooze;
+    let retry_in = match e.kind {
         JobErrorKind::Permanent => None,
-        _ => {
-            let delay = e.retry_after.unwrap_or_else(|| {
-                let unit: f64 = rand::rng().random();
-                shared.config.ladder.delay(job.attempt, unit)
-            });
-            Some(i64::try_from(delay.as_millis()).unwrap_or(i64::MAX))
-        }
+        JobErrorKind::Retry if job.attempt >= config.max_attempts => None,
+        _ => Some(e.retry_after.unwrap_or_else(|| {
+            let unit: f64 = rand::rng().random();
+            config
+                .ladder_for(&job.queue, &job.kind)
+                .delay(job.attempt, unit)
+        })),
     };
-    tracing::debug!(job_id = job.id, attempt = job.attempt, error = %e, "attempt failed");
+    tracing::debug!(job_id = job.id, attempt = job.attempt, error = %e, snooze, "attempt ended without completing");
     let params = JobFail {
         lease: job.lease_token(),
         error: e.message,
-        retry_in_ms,
+        retry_in_ms: retry_in.map(crate::client::millis),
+        snooze,
         now: shared.idem.clock.now(),
     };
     write_retrying(|| async {
         let row = shared.idem.store.job_fail(params.clone()).await?;
         Ok(match row.state {
             idem_store::JobState::Dead => Finished::Dead,
+            _ if snooze => Finished::Snoozed,
             _ => Finished::Retried,
         })
     })
@@ -727,6 +803,31 @@ async fn listen_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
                     tracing::warn!(worker = %shared.name, error = %e, "listening for new jobs failed; subscribing again");
                     shared.listening.send_replace(false);
                     break;
+                }
+            }
+        }
+    }
+}
+
+/// Deletes records past their retention every `every`, in bounded batches.
+async fn purge_loop(shared: Arc<Shared>, every: Duration, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {},
+            _ = stop.changed() => return,
+        }
+        for target in idem_store::PurgeTarget::ALL {
+            let purged = shared
+                .idem
+                .purge(target, crate::maintenance::DEFAULT_PURGE_BATCH, |_| {})
+                .await;
+            match purged {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(worker = %shared.name, %target, purged = n, "purged records past their retention")
+                }
+                Err(e) => {
+                    tracing::warn!(worker = %shared.name, %target, error = %e, "purge failed")
                 }
             }
         }

@@ -90,7 +90,8 @@ async fn two_clocks(db: &TestDb) -> (Idem, Idem, Arc<ManualClock>, idem::JobRow)
     let job = idem_b
         .enqueue(Job::new(EFFECT_KIND, serde_json::json!({})).queue("fence"))
         .await
-        .unwrap();
+        .unwrap()
+        .job;
     (idem_a, idem_b, moving, job)
 }
 

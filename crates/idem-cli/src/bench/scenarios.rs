@@ -44,6 +44,7 @@ fn new_job(queue: &str, i: usize) -> NewJob {
         priority: 0,
         run_at: None,
         max_attempts: 1,
+        enqueue_key: None,
     }
 }
 
@@ -79,7 +80,10 @@ async fn enqueue(db: &Scratch, n: usize, batch: usize, s: Scenario) -> anyhow::R
         let jobs = chunk.iter().map(|i| new_job(&q_ceiling, *i)).collect();
         db.idem
             .store()
-            .job_insert(JobInsert { jobs, now: None })
+            .job_insert(JobInsert {
+                jobs,
+                ..JobInsert::default()
+            })
             .await?;
     }
     let ceiling = per_second(n, started.elapsed());
@@ -93,7 +97,12 @@ async fn enqueue(db: &Scratch, n: usize, batch: usize, s: Scenario) -> anyhow::R
 async fn seed(store: &dyn Store, queue: &str, n: usize) -> anyhow::Result<()> {
     for chunk in (0..n).collect::<Vec<_>>().chunks(SEED_BATCH) {
         let jobs = chunk.iter().map(|i| new_job(queue, *i)).collect();
-        store.job_insert(JobInsert { jobs, now: None }).await?;
+        store
+            .job_insert(JobInsert {
+                jobs,
+                ..JobInsert::default()
+            })
+            .await?;
     }
     Ok(())
 }

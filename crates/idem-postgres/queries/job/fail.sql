@@ -1,16 +1,20 @@
 -- Records a failed attempt of job $1 under fence $2 with error $4: retryable at now + $3 ms,
 -- or dead when $3 is NULL or no attempts are left. $5 timestamptz, NULL = database clock.
+-- $6 true = snooze: scheduled at now + $3 ms with the claim's attempt given back, never
+-- dead; a snooze keeps the last error (its message is in the attempt history).
 -- PostgreSQL dialect: $3 is cast to bigint because `$3 IS NULL` alone gives PostgreSQL no
 -- type to infer.
 UPDATE idem_job
-SET state = CASE WHEN $3::bigint IS NULL OR attempt >= max_attempts THEN 'dead'
+SET state = CASE WHEN $6 THEN 'scheduled'
+                 WHEN $3::bigint IS NULL OR attempt >= max_attempts THEN 'dead'
                  ELSE 'retryable' END,
-    run_at = CASE WHEN $3::bigint IS NULL OR attempt >= max_attempts THEN run_at
+    attempt = CASE WHEN $6 THEN attempt - 1 ELSE attempt END,
+    run_at = CASE WHEN NOT $6 AND ($3::bigint IS NULL OR attempt >= max_attempts) THEN run_at
                   ELSE coalesce($5::timestamptz, now()) + $3::bigint * interval '1 millisecond'
              END,
-    finalized_at = CASE WHEN $3::bigint IS NULL OR attempt >= max_attempts
+    finalized_at = CASE WHEN NOT $6 AND ($3::bigint IS NULL OR attempt >= max_attempts)
                         THEN coalesce($5::timestamptz, now()) END,
-    last_error = $4,
+    last_error = CASE WHEN $6 THEN last_error ELSE $4 END,
     lease_expires_at = NULL
 WHERE id = $1 AND fence = $2 AND state = 'running'
 RETURNING *

@@ -208,6 +208,7 @@ pub async fn insert_empty_batch_is_a_no_op(db: &TestDb) {
         .job_insert(JobInsert {
             jobs: vec![],
             now: None,
+            ..Default::default()
         })
         .await
         .expect("empty job_insert in a transaction");
@@ -240,6 +241,7 @@ pub async fn insert_refuses_invalid_jobs(db: &TestDb) {
             .job_insert(JobInsert {
                 jobs: batch,
                 now: Some(t0()),
+                ..Default::default()
             })
             .await;
         assert!(
@@ -262,6 +264,7 @@ pub async fn insert_uses_the_database_clock(db: &TestDb) {
         .job_insert(JobInsert {
             jobs: vec![job("clock")],
             now: None,
+            ..Default::default()
         })
         .await
         .expect("job_insert");

@@ -8,8 +8,10 @@
 
 pub mod counter;
 pub mod effect;
+pub mod enqueue_key;
 pub mod job_cancel;
 pub mod job_claim;
+pub mod job_dead;
 pub mod job_finish;
 pub mod job_insert;
 pub mod job_lease;
@@ -17,4 +19,5 @@ pub mod job_read;
 pub mod job_rescue;
 pub mod ledger;
 pub mod migrate;
+pub mod purge;
 pub mod tx;

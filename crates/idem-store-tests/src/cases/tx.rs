@@ -28,6 +28,7 @@ async fn insert_job(tx: &mut Box<dyn StoreTx>, kind: &str) -> i64 {
     let params = JobInsert {
         jobs: vec![job(kind)],
         now: Some(t0()),
+        ..Default::default()
     };
     tx.job_insert(params)
         .await

@@ -1,0 +1,560 @@
+//! The config file (`idem.toml`) and `idem config check`.
+//!
+//! The file is optional: `--config PATH` (or `IDEM_CONFIG`) names it, else `idem.toml` in
+//! the current directory is read if it exists, else the built-in defaults apply. Every
+//! key is optional; an unknown key is an error naming it, and a bad duration names its key
+//! and value. Durations are written as `30s`, `10m`, `3d`, `1h 30m`.
+//!
+//! ```toml
+//! [retry]
+//! ladder = ["5s", "30s", "2m", "10m", "1h", "3h", "6h"]
+//! jitter = 0.1
+//! max_attempts = 8
+//! [retry.queues.mail]          # a queue's own ladder; jitter defaults to [retry]'s
+//! ladder = ["1s", "10s"]
+//! [retry.kinds.receipt-mail]   # a job kind's own ladder
+//! ladder = ["2s"]
+//! jitter = 0.0
+//! [worker]
+//! lease = "30s"
+//! job_timeout = "60s"
+//! rescue_interval = "5s"
+//! [retention]
+//! enqueue_keys = "3d"
+//! effect_keys = "3d"
+//! finished_jobs = "3d"
+//! dead_jobs = "7d"
+//! ```
+//!
+//! Parsing only checks each value on its own; [`CliConfig::check`] applies the library's
+//! rules (ladders, retention windows, the retry horizon), as a worker does at start-up.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use idem::config::{HORIZON_MARGIN, Horizon, Retention, human, retry_horizon};
+use idem::retry::{DEFAULT_MAX_ATTEMPTS, RetryLadder};
+use idem::{IdemError, WorkerConfig};
+use serde::Deserialize;
+
+/// The file read when no `--config` is given, if it exists.
+pub const DEFAULT_CONFIG_FILE: &str = "idem.toml";
+
+/// The settings of the config file, with defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CliConfig {
+    /// The file read; `None` = built-in defaults.
+    pub source: Option<PathBuf>,
+    /// `[retry]`'s ladder and jitter.
+    pub default_ladder: RetryLadder,
+    /// `[retry.queues.NAME]`: ladders of particular queues.
+    pub queue_ladders: BTreeMap<String, RetryLadder>,
+    /// `[retry.kinds.NAME]`: ladders of particular job kinds.
+    pub kind_ladders: BTreeMap<String, RetryLadder>,
+    /// Attempts before a job is dead.
+    pub max_attempts: i32,
+    /// The worker's lease.
+    pub lease: Duration,
+    /// A handler running longer is stopped.
+    pub job_timeout: Duration,
+    /// Time between rescue sweeps.
+    pub rescue_interval: Duration,
+    /// Retention windows.
+    pub retention: Retention,
+}
+
+impl Default for CliConfig {
+    fn default() -> Self {
+        let worker = WorkerConfig::default();
+        CliConfig {
+            source: None,
+            default_ladder: RetryLadder::default(),
+            queue_ladders: BTreeMap::new(),
+            kind_ladders: BTreeMap::new(),
+            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            lease: worker.lease,
+            job_timeout: worker.job_timeout,
+            rescue_interval: worker.rescue_interval,
+            retention: Retention::default(),
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FileToml {
+    #[serde(default)]
+    retry: RetryToml,
+    #[serde(default)]
+    worker: WorkerToml,
+    #[serde(default)]
+    retention: RetentionToml,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetryToml {
+    ladder: Option<Vec<String>>,
+    jitter: Option<f64>,
+    max_attempts: Option<i32>,
+    #[serde(default)]
+    queues: BTreeMap<String, LadderToml>,
+    #[serde(default)]
+    kinds: BTreeMap<String, LadderToml>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LadderToml {
+    ladder: Option<Vec<String>>,
+    jitter: Option<f64>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct WorkerToml {
+    lease: Option<String>,
+    job_timeout: Option<String>,
+    rescue_interval: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RetentionToml {
+    enqueue_keys: Option<String>,
+    effect_keys: Option<String>,
+    finished_jobs: Option<String>,
+    dead_jobs: Option<String>,
+}
+
+impl CliConfig {
+    /// Reads `path`, or `idem.toml` in the current directory if it exists, or returns
+    /// the defaults.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<CliConfig> {
+        let default = Path::new(DEFAULT_CONFIG_FILE);
+        let path = match path {
+            Some(p) => p,
+            None if default.exists() => default,
+            None => return Ok(CliConfig::default()),
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the config file {}", path.display()))?;
+        let mut config = CliConfig::parse(&text)
+            .with_context(|| format!("in the config file {}", path.display()))?;
+        config.source = Some(path.to_owned());
+        Ok(config)
+    }
+
+    /// Parses the text of a config file; missing keys take their defaults.
+    pub fn parse(text: &str) -> anyhow::Result<CliConfig> {
+        let file: FileToml = toml::from_str(text)?;
+        let d = CliConfig::default();
+        let default_ladder = ladder(
+            "retry",
+            &file.retry.ladder,
+            file.retry.jitter,
+            &d.default_ladder,
+        )?;
+        let ladders = |section: &str, map: &BTreeMap<String, LadderToml>| {
+            map.iter()
+                .map(|(name, l)| {
+                    let key = format!("retry.{section}.{name}");
+                    Ok((
+                        name.clone(),
+                        ladder(&key, &l.ladder, l.jitter, &default_ladder)?,
+                    ))
+                })
+                .collect::<anyhow::Result<BTreeMap<_, _>>>()
+        };
+        let w = &file.worker;
+        Ok(CliConfig {
+            source: None,
+            queue_ladders: ladders("queues", &file.retry.queues)?,
+            kind_ladders: ladders("kinds", &file.retry.kinds)?,
+            default_ladder,
+            max_attempts: max_attempts(file.retry.max_attempts)?,
+            lease: duration("worker.lease", &w.lease, d.lease)?,
+            job_timeout: duration("worker.job_timeout", &w.job_timeout, d.job_timeout)?,
+            rescue_interval: duration(
+                "worker.rescue_interval",
+                &w.rescue_interval,
+                d.rescue_interval,
+            )?,
+            retention: retention(&file.retention)?,
+        })
+    }
+
+    /// Every ladder: the default, each queue's, each kind's.
+    pub fn ladders(&self) -> impl Iterator<Item = &RetryLadder> {
+        let named = self
+            .queue_ladders
+            .values()
+            .chain(self.kind_ladders.values());
+        std::iter::once(&self.default_ladder).chain(named)
+    }
+
+    /// The worst-case retry horizon over every ladder.
+    pub fn horizon(&self) -> Horizon {
+        retry_horizon(
+            self.ladders(),
+            self.max_attempts,
+            self.lease,
+            self.job_timeout,
+            self.rescue_interval,
+        )
+    }
+
+    /// Applies the library's rules, as a worker does at start-up: the ladders, the
+    /// retention windows among themselves, and the retry horizon they must cover.
+    pub fn check(&self) -> Result<(), IdemError> {
+        self.check_ladders()?;
+        self.retention.validate()?;
+        self.retention.check_covers(&self.horizon())
+    }
+
+    fn check_ladders(&self) -> Result<(), IdemError> {
+        for (key, ladder) in self.named_ladders() {
+            ladder
+                .validate()
+                .map_err(|e| IdemError::Config(format!("{key}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Each ladder with the config section it comes from.
+    fn named_ladders(&self) -> Vec<(String, &RetryLadder)> {
+        let mut all = vec![("retry".to_owned(), &self.default_ladder)];
+        let queues = self
+            .queue_ladders
+            .iter()
+            .map(|(n, l)| (format!("retry.queues.{n}"), l));
+        let kinds = self
+            .kind_ladders
+            .iter()
+            .map(|(n, l)| (format!("retry.kinds.{n}"), l));
+        all.extend(queues.chain(kinds));
+        all
+    }
+}
+
+/// A ladder from its section; missing rungs and jitter come from `fallback`.
+fn ladder(
+    key: &str,
+    rungs: &Option<Vec<String>>,
+    jitter: Option<f64>,
+    fallback: &RetryLadder,
+) -> anyhow::Result<RetryLadder> {
+    let rungs = match rungs {
+        None => fallback.rungs.clone(),
+        Some(texts) => texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| parse_duration(&format!("{key}.ladder[{i}]"), t))
+            .collect::<anyhow::Result<_>>()?,
+    };
+    let ladder = RetryLadder::new(rungs).jitter(jitter.unwrap_or(fallback.jitter));
+    if let Err(e) = ladder.validate() {
+        bail!("{key}: {e}");
+    }
+    Ok(ladder)
+}
+
+fn max_attempts(value: Option<i32>) -> anyhow::Result<i32> {
+    match value {
+        None => Ok(DEFAULT_MAX_ATTEMPTS),
+        Some(n) if n >= 1 => Ok(n),
+        Some(n) => bail!("retry.max_attempts is {n}; it must be at least 1"),
+    }
+}
+
+fn retention(r: &RetentionToml) -> anyhow::Result<Retention> {
+    let d = Retention::default();
+    Ok(Retention {
+        enqueue_keys: duration("retention.enqueue_keys", &r.enqueue_keys, d.enqueue_keys)?,
+        effect_keys: duration("retention.effect_keys", &r.effect_keys, d.effect_keys)?,
+        finished_jobs: duration("retention.finished_jobs", &r.finished_jobs, d.finished_jobs)?,
+        dead_jobs: duration("retention.dead_jobs", &r.dead_jobs, d.dead_jobs)?,
+    })
+}
+
+/// An optional duration setting, which must be longer than zero.
+fn duration(key: &str, text: &Option<String>, default: Duration) -> anyhow::Result<Duration> {
+    let Some(text) = text else {
+        return Ok(default);
+    };
+    let d = parse_duration(key, text)?;
+    if d.is_zero() {
+        bail!("{key} = {text:?}: it must be longer than zero");
+    }
+    Ok(d)
+}
+
+fn parse_duration(key: &str, text: &str) -> anyhow::Result<Duration> {
+    humantime::parse_duration(text).map_err(|e| {
+        anyhow::anyhow!(
+            "{key} = {text:?} is not a duration ({e}); write e.g. \"30s\", \"10m\", \"3d\""
+        )
+    })
+}
+
+/// `idem config …`.
+#[derive(Subcommand)]
+pub enum ConfigCommand {
+    /// Print the retry ladders, the computed retry horizon and the retention windows,
+    /// and check that the windows cover the horizon
+    Check(CheckArgs),
+}
+
+/// Arguments of `idem config check`.
+#[derive(Args)]
+pub struct CheckArgs {
+    /// Config file [default: ./idem.toml if it exists, else built-in defaults]
+    #[arg(long, env = "IDEM_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+/// Runs `idem config …`.
+pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        ConfigCommand::Check(args) => check(args),
+    }
+}
+
+/// `idem config check`: the report on stdout; a refusal is also the error (stderr, exit 1).
+fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let config = CliConfig::load(args.config.as_deref())?;
+    print!("{}", report(&config));
+    config.check()?;
+    println!("\nok: the retention windows cover the retry horizon");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The text `idem config check` prints.
+fn report(c: &CliConfig) -> String {
+    let mut out = String::new();
+    let source = match &c.source {
+        Some(p) => p.display().to_string(),
+        None => "built-in defaults (no idem.toml here)".to_owned(),
+    };
+    out += &format!("config: {source}\n\n");
+    out += &report_ladders(c);
+    out += &report_worker(c);
+    out += &report_horizon(c, &c.horizon());
+    out += &report_retention(c, &c.horizon());
+    out
+}
+
+fn report_ladders(c: &CliConfig) -> String {
+    let failures = c.max_attempts - 1;
+    let mut out = format!(
+        "retry ladders (worst case: the delays after {failures} failed attempt(s), each at its \
+         jitter maximum)\n"
+    );
+    for (key, ladder) in c.named_ladders() {
+        let worst = human(ladder.worst_case_total(c.max_attempts));
+        let name = key.strip_prefix("retry.").unwrap_or("default");
+        out += &format!("  {name:<24} {:<40} worst case {worst}\n", describe(ladder));
+    }
+    out
+}
+
+fn describe(ladder: &RetryLadder) -> String {
+    let rungs: Vec<String> = ladder.rungs.iter().map(|d| human(*d)).collect();
+    let percent = format!("{:.1}", ladder.jitter * 100.0);
+    format!(
+        "[{}] ±{}%",
+        rungs.join(", "),
+        percent.trim_end_matches(".0")
+    )
+}
+
+fn report_worker(c: &CliConfig) -> String {
+    format!(
+        "\nattempts and timing\n  max_attempts       {}\n  lease              {}\n  \
+         job timeout        {}\n  rescue interval    {}\n",
+        c.max_attempts,
+        human(c.lease),
+        human(c.job_timeout),
+        human(c.rescue_interval),
+    )
+}
+
+fn report_horizon(c: &CliConfig, h: &Horizon) -> String {
+    let per = format!(
+        "{} × (job timeout {} + lease {} + rescue interval {})",
+        h.max_attempts,
+        human(c.job_timeout),
+        human(c.lease),
+        human(c.rescue_interval)
+    );
+    format!(
+        "\nretry horizon\n  ladder part        {:<16} the longest ladder's worst case\n  \
+         attempts part      {:<16} {per}\n  total              {}\n  margin             {}\n  \
+         required window    {:<16} total + margin, for enqueue and effect keys\n",
+        human(h.ladder),
+        human(h.attempts),
+        human(h.total),
+        human(HORIZON_MARGIN),
+        human(h.required_retention()),
+    )
+}
+
+fn report_retention(c: &CliConfig, h: &Horizon) -> String {
+    let mut out = "\nretention\n".to_owned();
+    for w in c.retention.checks(h) {
+        let setting = w.setting.strip_prefix("retention.").unwrap_or(w.setting);
+        let verdict = match &w.verdict {
+            Ok(what) => what.to_string(),
+            Err(why) => format!("REFUSED\n      {why}"),
+        };
+        out += &format!("  {setting:<18} {:<16} {verdict}\n", human(w.value));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[retry]
+ladder = ["5s", "30s", "2m", "10m", "1h", "3h", "6h"]
+jitter = 0.1
+max_attempts = 8
+[retry.queues.mail]
+ladder = ["1s", "10s"]
+[retry.kinds.receipt-mail]
+ladder = ["2s"]
+jitter = 0.0
+[worker]
+lease = "30s"
+job_timeout = "60s"
+rescue_interval = "5s"
+[retention]
+enqueue_keys = "3d"
+effect_keys = "3d"
+finished_jobs = "3d"
+dead_jobs = "7d"
+"#;
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn error_of(text: &str) -> String {
+        format!("{:#}", CliConfig::parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn a_good_file_parses_into_every_setting() {
+        let c = CliConfig::parse(GOOD).unwrap();
+        assert_eq!(c.default_ladder, RetryLadder::default());
+        assert_eq!(
+            c.queue_ladders["mail"],
+            RetryLadder::new([secs(1), secs(10)]).jitter(0.1)
+        );
+        assert_eq!(
+            c.kind_ladders["receipt-mail"],
+            RetryLadder::new([secs(2)]).jitter(0.0)
+        );
+        assert_eq!(
+            (c.max_attempts, c.lease, c.job_timeout),
+            (8, secs(30), secs(60))
+        );
+        assert_eq!(c.rescue_interval, secs(5));
+        assert_eq!(c.retention, Retention::default());
+        c.check().unwrap();
+        assert_eq!(c.horizon(), CliConfig::default().horizon());
+    }
+
+    #[test]
+    fn an_empty_file_is_the_defaults() {
+        assert_eq!(CliConfig::parse("").unwrap(), CliConfig::default());
+    }
+
+    #[test]
+    fn an_unknown_key_is_named() {
+        let err = error_of("[worker]\nlease = \"30s\"\nleese = \"1m\"\n");
+        assert!(err.contains("leese"), "{err}");
+        let err = error_of("[retry.queues.mail]\nladdr = [\"1s\"]\n");
+        assert!(err.contains("laddr"), "{err}");
+        let err = error_of("[retension]\n");
+        assert!(err.contains("retension"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_duration_names_its_key_and_value() {
+        let err = error_of("[retention]\neffect_keys = \"3 dayz\"\n");
+        assert!(
+            err.contains("retention.effect_keys = \"3 dayz\" is not a duration"),
+            "{err}"
+        );
+        let err = error_of("[retry.kinds.x]\nladder = [\"1s\", \"soon\"]\n");
+        assert!(err.contains("retry.kinds.x.ladder[1] = \"soon\""), "{err}");
+        let err = error_of("[worker]\nlease = \"0s\"\n");
+        assert!(
+            err.contains("worker.lease = \"0s\": it must be longer than zero"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_bad_ladder_or_max_attempts_is_named() {
+        let err = error_of("[retry.queues.mail]\nladder = []\n");
+        assert!(
+            err.contains("retry.queues.mail: the retry ladder is []"),
+            "{err}"
+        );
+        let err = error_of("[retry]\njitter = 1.5\n");
+        assert!(err.contains("retry: retry jitter is 1.5"), "{err}");
+        let err = error_of("[retry]\nmax_attempts = 0\n");
+        assert!(err.contains("retry.max_attempts is 0"), "{err}");
+    }
+
+    #[test]
+    fn a_short_retention_is_refused_with_both_numbers() {
+        let c = CliConfig::parse("[retention]\nenqueue_keys = \"2h\"\n").unwrap();
+        let h = c.horizon();
+        let err = c.check().unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("enqueue-key retention {}", human(secs(7200)))),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("retry horizon {}", human(h.total))),
+            "{err}"
+        );
+        let report = report(&c);
+        assert!(
+            report.contains("REFUSED\n      enqueue-key retention 2h"),
+            "{report}"
+        );
+        assert!(
+            report.contains("covers the retry horizon plus the margin"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn a_long_queue_ladder_lengthens_the_horizon() {
+        let c = CliConfig::parse("[retry.queues.slow]\nladder = [\"1d\"]\njitter = 0\n").unwrap();
+        assert_eq!(c.horizon().ladder, 7 * secs(86_400));
+        let err = c.check().unwrap_err().to_string();
+        assert!(err.contains("enqueue-key retention 3d is shorter"), "{err}");
+        assert!(err.contains("effect-key retention 3d is shorter"), "{err}");
+    }
+
+    #[test]
+    fn the_report_shows_the_source_ladders_and_horizon() {
+        let c = CliConfig::parse(GOOD).unwrap();
+        let r = report(&c);
+        assert!(r.contains("built-in defaults"), "{r}");
+        assert!(r.contains("queues.mail"), "{r}");
+        assert!(r.contains("kinds.receipt-mail"), "{r}");
+        assert!(r.contains(&human(c.horizon().total)), "{r}");
+    }
+}

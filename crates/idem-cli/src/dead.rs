@@ -1,0 +1,176 @@
+//! `idem dead …` (list, inspect, retry and discard dead jobs) and `idem purge` (delete
+//! records past their retention, in batches, with a progress bar).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use idem::{DeadFilter, Idem, JobList, JobState, PurgeTarget};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::ops::{connect, print_jobs, show_job};
+
+/// `idem dead …`.
+#[derive(Subcommand)]
+pub enum DeadCommand {
+    /// List dead jobs, newest first
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Only ids below this one (pagination)
+        #[arg(long)]
+        before: Option<i64>,
+        /// At most this many
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show one dead job with its last error and every attempt
+    Show {
+        /// Job id
+        id: i64,
+    },
+    /// Put dead jobs back to available with a fresh ladder (their history is kept)
+    Retry(Selection),
+    /// Delete dead jobs with their history and enqueue keys
+    Discard(Selection),
+}
+
+/// Filters of the dead jobs a command takes.
+#[derive(Args, Clone)]
+pub struct FilterArgs {
+    /// Only this queue
+    #[arg(long)]
+    queue: Option<String>,
+    /// Only this kind
+    #[arg(long)]
+    kind: Option<String>,
+}
+
+/// Which dead jobs a bulk action takes: listed ids, or `--all` matching the filters.
+#[derive(Args)]
+pub struct Selection {
+    /// Job ids
+    ids: Vec<i64>,
+    /// Every dead job matching --queue and --kind (instead of ids)
+    #[arg(long)]
+    all: bool,
+    #[command(flatten)]
+    filter: FilterArgs,
+}
+
+impl Selection {
+    async fn ids(&self, idem: &Idem) -> anyhow::Result<Vec<i64>> {
+        match (self.all, self.ids.is_empty()) {
+            (true, true) => Ok(idem
+                .dead_ids(&DeadFilter {
+                    queue: self.filter.queue.clone(),
+                    kind: self.filter.kind.clone(),
+                })
+                .await?),
+            (false, false) if self.filter.queue.is_none() && self.filter.kind.is_none() => {
+                Ok(self.ids.clone())
+            }
+            (false, false) => bail!("--queue and --kind filter --all; give ids or --all, not both"),
+            (true, false) => bail!("give job ids or --all, not both"),
+            (false, true) => {
+                bail!("give the ids of the dead jobs, or --all (with --queue/--kind to narrow it)")
+            }
+        }
+    }
+}
+
+/// `idem dead …`.
+pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
+    let idem = connect(url).await?;
+    match cmd {
+        DeadCommand::List {
+            filter,
+            before,
+            limit,
+        } => {
+            let list = JobList {
+                state: Some(JobState::Dead),
+                queue: filter.queue,
+                kind: filter.kind,
+                before_id: before,
+                limit,
+            };
+            print_jobs(&idem.jobs(list).await?);
+        }
+        DeadCommand::Show { id } => {
+            let job = show_job(&idem, id).await?;
+            if job.state != JobState::Dead {
+                eprintln!("note: job {id} is {}, not dead", job.state);
+            }
+        }
+        DeadCommand::Retry(sel) => {
+            let ids = sel.ids(&idem).await?;
+            let asked = ids.len();
+            let mut retried = 0;
+            for page in ids.chunks(idem::BULK_PAGE as usize) {
+                retried += idem.retry_jobs(page.to_vec()).await?.len();
+            }
+            println!("retried {retried} of {asked} job(s); the rest were not dead or cancelled");
+        }
+        DeadCommand::Discard(sel) => {
+            let ids = sel.ids(&idem).await?;
+            let asked = ids.len();
+            let mut gone = 0;
+            for page in ids.chunks(idem::BULK_PAGE as usize) {
+                gone += idem.discard_jobs(page.to_vec()).await?.len();
+            }
+            println!("discarded {gone} of {asked} job(s); the rest were not dead");
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Arguments of `idem purge`.
+#[derive(Args)]
+pub struct PurgeArgs {
+    /// Config file with the retention windows (default: ./idem.toml if present)
+    #[arg(long, env = "IDEM_CONFIG")]
+    config: Option<PathBuf>,
+    /// Records deleted per statement (each batch is its own short transaction)
+    #[arg(long, default_value_t = idem::DEFAULT_PURGE_BATCH)]
+    batch: u32,
+    /// Only count what is past its retention; delete nothing
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// `idem purge`.
+pub async fn purge(url: &str, a: PurgeArgs) -> anyhow::Result<ExitCode> {
+    if a.batch == 0 {
+        bail!("--batch is 0; give at least 1");
+    }
+    let config = crate::config::CliConfig::load(a.config.as_deref())?;
+    let idem = connect(url)
+        .await?
+        .with_retention(config.retention)
+        .context("the retention windows in the config are not valid")?;
+    for target in PurgeTarget::ALL {
+        let cutoff = idem.purge_cutoff(target).await?;
+        let pending = idem.purge_pending(target).await?;
+        let label = format!(
+            "{target:<14} before {}",
+            cutoff.format("%Y-%m-%d %H:%M:%S UTC")
+        );
+        if a.dry_run || pending == 0 {
+            println!("{label}: {pending} past retention");
+            continue;
+        }
+        let bar = ProgressBar::new(pending);
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({per_sec})")
+                .expect("a valid progress template")
+                .progress_chars("=> "),
+        );
+        bar.set_message(label.clone());
+        let deleted = idem.purge(target, a.batch, |n| bar.inc(n)).await?;
+        bar.finish_and_clear();
+        println!("{label}: deleted {deleted}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

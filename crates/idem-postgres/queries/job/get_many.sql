@@ -1,0 +1,2 @@
+-- The jobs $1 (bigint[]), in id order.
+SELECT * FROM idem_job WHERE id = ANY($1::bigint[]) ORDER BY id

@@ -1,0 +1,12 @@
+-- Operator retry: dead or cancelled jobs ?1 (JSON array of ids) back to available at ?2
+-- (ms, NULL = database clock) with attempt 0, a fresh ladder. The fence is kept (it only
+-- ever grows), as are the attempt history and last_error.
+UPDATE idem_job
+SET state = 'available',
+    attempt = 0,
+    run_at = coalesce(?2, CAST(unixepoch('subsec') * 1000 AS INTEGER)),
+    finalized_at = NULL,
+    lease_owner = NULL,
+    lease_expires_at = NULL
+WHERE id IN (SELECT value FROM json_each(?1)) AND state IN ('dead', 'cancelled')
+RETURNING *

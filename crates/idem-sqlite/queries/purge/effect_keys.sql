@@ -1,0 +1,3 @@
+-- Purges up to ?2 effect dedup records created before ?1 (ms), oldest first.
+DELETE FROM idem_effect
+WHERE key IN (SELECT key FROM idem_effect WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)

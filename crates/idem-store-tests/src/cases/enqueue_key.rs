@@ -1,0 +1,313 @@
+//! `job_insert` with enqueue keys: while a `(queue, key)` is held inside the window, an
+//! insert with it returns the holding job marked deduplicated and inserts nothing; a key
+//! taken more than `key_window_ms` before `now` is free again and goes to the new job.
+//! The unique key decides, so it holds inside one batch, inside a caller's transaction
+//! (and not after a rollback), and between producers racing on separate transactions.
+
+use std::sync::Arc;
+
+use idem_store::{Enqueued, JobInsert, JobState, NewJob, Timestamp};
+use tokio::sync::Barrier;
+
+use crate::TestDb;
+use crate::fixture::{
+    QUEUE, all_jobs, assert_waits_for, at, claim, complete, get, ids, job_in, spawn_started, t0,
+};
+use crate::harness::within;
+
+/// The window every case enqueues with: one hour.
+pub(crate) const WINDOW_MS: i64 = 3_600_000;
+
+/// A job of `kind` in `queue` with enqueue key `key`.
+pub(crate) fn keyed(queue: &str, kind: &str, key: &str) -> NewJob {
+    NewJob {
+        enqueue_key: Some(key.to_owned()),
+        ..job_in(queue, kind)
+    }
+}
+
+/// The params of an insert of `jobs` at `now` with [`WINDOW_MS`].
+pub(crate) fn enqueue_params(jobs: Vec<NewJob>, now: Timestamp) -> JobInsert {
+    JobInsert {
+        jobs,
+        key_window_ms: WINDOW_MS,
+        now: Some(now),
+    }
+}
+
+/// Inserts `jobs` at `now` with [`WINDOW_MS`]; the results in input order.
+pub(crate) async fn enqueue(db: &TestDb, jobs: Vec<NewJob>, now: Timestamp) -> Vec<Enqueued> {
+    let params = enqueue_params(jobs, now);
+    db.store.job_insert(params).await.expect("job_insert")
+}
+
+/// Inserts one job at `now` with [`WINDOW_MS`].
+pub(crate) async fn enqueue_one(db: &TestDb, job: NewJob, now: Timestamp) -> Enqueued {
+    let mut out = enqueue(db, vec![job], now).await;
+    assert_eq!(out.len(), 1, "job_insert of one job returned {out:?}");
+    out.remove(0)
+}
+
+/// `(kind, deduplicated)` of each result, to compare a batch's outcome at a glance.
+fn outcomes(results: &[Enqueued]) -> Vec<(&str, bool)> {
+    results
+        .iter()
+        .map(|e| (e.job.kind.as_str(), e.deduplicated))
+        .collect()
+}
+
+/// A second insert of a held `(queue, key)` returns the holding job as stored, marked
+/// deduplicated, and inserts nothing, whatever the holder's state; the same key in
+/// another queue is another job.
+pub async fn enqueue_key_dedups_inside_the_window(db: &TestDb) {
+    let first = enqueue_one(db, keyed(QUEUE, "receipt", "order:42"), t0()).await;
+    assert!(!first.deduplicated, "the first insert is new: {first:?}");
+    assert_eq!(first.job.state, JobState::Available);
+    let again = enqueue_one(db, keyed(QUEUE, "other-kind", "order:42"), at(1_000)).await;
+    assert!(again.deduplicated, "{again:?}");
+    assert_eq!(again.job, first.job, "the holder, unchanged");
+    assert_eq!(
+        ids(&all_jobs(db).await),
+        vec![first.job.id],
+        "nothing inserted"
+    );
+    let running = claim(db, QUEUE, 1, at(2_000)).await.remove(0);
+    let done = complete(db, running.lease_token(), at(3_000))
+        .await
+        .expect("complete");
+    let after = enqueue_one(db, keyed(QUEUE, "receipt", "order:42"), at(4_000)).await;
+    assert!(
+        after.deduplicated,
+        "a finished holder still holds: {after:?}"
+    );
+    assert_eq!(after.job, done, "the holder as stored now");
+    let elsewhere = enqueue_one(db, keyed("mail", "receipt", "order:42"), at(5_000)).await;
+    assert!(!elsewhere.deduplicated, "another queue: {elsewhere:?}");
+    assert_ne!(elsewhere.job.id, first.job.id);
+    assert_eq!(elsewhere.job.queue, "mail");
+    assert_eq!(all_jobs(db).await.len(), 2);
+}
+
+/// The window runs from when the key was taken: a key taken exactly `key_window_ms`
+/// before `now` is still held (one millisecond less too), and a deduplicated insert does
+/// not extend it; one millisecond later it is free, the insert is new and the key now
+/// belongs to the new job, with a window of its own.
+pub async fn enqueue_key_is_free_again_after_the_window(db: &TestDb) {
+    let first = enqueue_one(db, keyed(QUEUE, "a", "nightly"), t0()).await;
+    for (kind, now) in [("b", at(WINDOW_MS - 1)), ("c", at(WINDOW_MS))] {
+        let inside = enqueue_one(db, keyed(QUEUE, kind, "nightly"), now).await;
+        assert!(inside.deduplicated, "at {now}: {inside:?}");
+        assert_eq!(inside.job.id, first.job.id, "at {now}");
+    }
+    let outside = enqueue_one(db, keyed(QUEUE, "d", "nightly"), at(WINDOW_MS + 1)).await;
+    assert!(!outside.deduplicated, "just outside: {outside:?}");
+    assert_ne!(outside.job.id, first.job.id);
+    assert_eq!(
+        (outside.job.kind.as_str(), outside.job.created_at),
+        ("d", at(WINDOW_MS + 1))
+    );
+    for (kind, now) in [("e", at(WINDOW_MS + 2)), ("f", at(2 * WINDOW_MS + 1))] {
+        let third = enqueue_one(db, keyed(QUEUE, kind, "nightly"), now).await;
+        assert!(third.deduplicated, "at {now}: {third:?}");
+        assert_eq!(third.job.id, outside.job.id, "the key moved to the new job");
+    }
+    let mut stored = ids(&all_jobs(db).await);
+    stored.sort_unstable();
+    assert_eq!(stored, vec![first.job.id, outside.job.id]);
+}
+
+/// The same `(queue, key)` twice in one batch is one job: the later position returns the
+/// earlier one's job, marked deduplicated.
+pub async fn enqueue_key_twice_in_one_batch_is_one_job(db: &TestDb) {
+    let batch = vec![keyed(QUEUE, "a", "k"), keyed(QUEUE, "b", "k")];
+    let got = enqueue(db, batch, t0()).await;
+    assert_eq!(outcomes(&got), vec![("a", false), ("a", true)]);
+    assert_eq!(got[1].job, got[0].job);
+    assert_eq!(ids(&all_jobs(db).await), vec![got[0].job.id]);
+    assert_eq!(get(db, got[0].job.id).await, got[0].job, "stored row");
+}
+
+/// A batch mixing new keys, no keys, a key held before the batch, a key repeated in the
+/// batch and the same key in another queue returns one result per job in input order;
+/// only the new ones are inserted.
+pub async fn enqueue_key_batch_keeps_the_input_order(db: &TestDb) {
+    let held = enqueue_one(db, keyed(QUEUE, "holder", "held"), t0()).await;
+    let batch = vec![
+        keyed(QUEUE, "new-1", "fresh-1"),
+        job_in(QUEUE, "plain-1"),
+        keyed(QUEUE, "again", "held"),
+        keyed(QUEUE, "repeat", "fresh-1"),
+        job_in(QUEUE, "plain-2"),
+        keyed("other", "new-2", "held"),
+        keyed(QUEUE, "again-2", "held"),
+        keyed(QUEUE, "new-3", "fresh-3"),
+    ];
+    let got = enqueue(db, batch, at(1_000)).await;
+    let expected = vec![
+        ("new-1", false),
+        ("plain-1", false),
+        ("holder", true),
+        ("new-1", true),
+        ("plain-2", false),
+        ("new-2", false),
+        ("holder", true),
+        ("new-3", false),
+    ];
+    assert_eq!(outcomes(&got), expected);
+    assert_eq!(got[2].job, held.job);
+    assert_eq!(got[6].job, held.job);
+    assert_eq!(got[3].job, got[0].job);
+    assert_eq!(got[5].job.queue, "other");
+    let mut expected_ids: Vec<i64> = got
+        .iter()
+        .filter(|e| !e.deduplicated)
+        .map(|e| e.job.id)
+        .chain([held.job.id])
+        .collect();
+    expected_ids.sort_unstable();
+    let mut stored = ids(&all_jobs(db).await);
+    stored.sort_unstable();
+    assert_eq!(stored, expected_ids, "only the new jobs were inserted");
+    for e in got.iter().filter(|e| !e.deduplicated) {
+        assert_eq!(
+            get(db, e.job.id).await,
+            e.job,
+            "stored row of {}",
+            e.job.kind
+        );
+    }
+}
+
+/// Inside a caller's transaction a key deduplicates against the transaction's own insert
+/// and commits with it; a rolled-back transaction leaves neither job nor key.
+pub async fn enqueue_key_follows_the_callers_transaction(db: &TestDb) {
+    let mut tx = db.store.begin().await.expect("begin");
+    let params = enqueue_params(vec![keyed(QUEUE, "a", "rolled-back")], t0());
+    let lost = tx.job_insert(params).await.expect("insert in tx").remove(0);
+    assert!(!lost.deduplicated);
+    tx.rollback().await.expect("rollback");
+    let free = enqueue_one(db, keyed(QUEUE, "b", "rolled-back"), at(1)).await;
+    assert!(!free.deduplicated, "the key was rolled back: {free:?}");
+    assert_eq!(ids(&all_jobs(db).await), vec![free.job.id]);
+
+    let mut tx = db.store.begin().await.expect("begin");
+    let params = enqueue_params(vec![keyed(QUEUE, "c", "committed")], at(2));
+    let first = tx.job_insert(params).await.expect("insert in tx").remove(0);
+    let params = enqueue_params(vec![keyed(QUEUE, "d", "committed")], at(3));
+    let second = tx.job_insert(params).await.expect("again in tx").remove(0);
+    assert!(second.deduplicated, "the transaction's own key: {second:?}");
+    assert_eq!(second.job.id, first.job.id);
+    tx.commit().await.expect("commit");
+    let after = enqueue_one(db, keyed(QUEUE, "e", "committed"), at(4)).await;
+    assert!(
+        after.deduplicated,
+        "committed with the transaction: {after:?}"
+    );
+    assert_eq!(after.job, first.job);
+    assert_eq!(all_jobs(db).await.len(), 2);
+}
+
+/// A producer whose insert races another's open transaction on the same key waits for
+/// it (PostgreSQL: blocked on the key's index entry; SQLite: queued for the writer) and,
+/// once that commits, gets the committed job, deduplicated: one job.
+pub async fn enqueue_key_racing_producer_gets_the_committed_job(db: &TestDb) {
+    let mut tx = db.store.begin().await.expect("begin");
+    let params = enqueue_params(vec![keyed(QUEUE, "a", "race")], t0());
+    let first = tx.job_insert(params).await.expect("insert in tx").remove(0);
+    assert!(!first.deduplicated);
+    let store = db.store.clone();
+    let params = enqueue_params(vec![keyed(QUEUE, "b", "race")], at(1));
+    let racer = spawn_started(async move { store.job_insert(params).await }).await;
+    assert_waits_for(db, &mut tx, &racer).await;
+    tx.commit().await.expect("commit");
+    let second = within(30, "the racing insert", racer)
+        .await
+        .expect("racer task")
+        .expect("racing job_insert")
+        .remove(0);
+    assert!(second.deduplicated, "{second:?}");
+    assert_eq!(second.job.id, first.job.id);
+    assert_eq!(ids(&all_jobs(db).await), vec![first.job.id]);
+}
+
+/// A producer waiting on another's transaction takes the key itself when that
+/// transaction rolls back: its job is new, and the only one.
+pub async fn enqueue_key_racing_producer_takes_a_rolled_back_key(db: &TestDb) {
+    let mut tx = db.store.begin().await.expect("begin");
+    let params = enqueue_params(vec![keyed(QUEUE, "a", "race")], t0());
+    tx.job_insert(params).await.expect("insert in tx");
+    let store = db.store.clone();
+    let params = enqueue_params(vec![keyed(QUEUE, "b", "race")], at(1));
+    let racer = spawn_started(async move { store.job_insert(params).await }).await;
+    assert_waits_for(db, &mut tx, &racer).await;
+    tx.rollback().await.expect("rollback");
+    let second = within(30, "the racing insert", racer)
+        .await
+        .expect("racer task")
+        .expect("racing job_insert")
+        .remove(0);
+    assert!(!second.deduplicated, "{second:?}");
+    assert_eq!(second.job.kind, "b");
+    assert_eq!(ids(&all_jobs(db).await), vec![second.job.id]);
+}
+
+/// Two producers inserting the same key at the same time, each in its own transaction:
+/// one job; both got its id, and exactly one of them inserted it.
+pub async fn enqueue_key_two_producers_at_once_get_one_job(db: &TestDb) {
+    let (a, b) = tokio::join!(
+        db.store
+            .job_insert(enqueue_params(vec![keyed(QUEUE, "a", "both")], t0())),
+        db.store
+            .job_insert(enqueue_params(vec![keyed(QUEUE, "b", "both")], t0())),
+    );
+    let got = vec![
+        a.expect("producer a").remove(0),
+        b.expect("producer b").remove(0),
+    ];
+    assert_one_job(db, &got).await;
+}
+
+/// Eight producers, each in its own task and transaction, insert the same key at once:
+/// one job; all got its id, and exactly one of them inserted it.
+pub async fn enqueue_key_many_producers_get_one_job(db: &TestDb) {
+    const PRODUCERS: usize = 8;
+    let start = Arc::new(Barrier::new(PRODUCERS));
+    let tasks: Vec<_> = (0..PRODUCERS)
+        .map(|n| {
+            let (store, start) = (db.store.clone(), start.clone());
+            let params = enqueue_params(vec![keyed(QUEUE, &format!("p{n}"), "many")], t0());
+            tokio::spawn(async move {
+                start.wait().await;
+                store.job_insert(params).await
+            })
+        })
+        .collect();
+    let mut got = Vec::new();
+    for task in tasks {
+        let mut out = within(60, "a concurrent producer", task)
+            .await
+            .expect("producer panicked")
+            .expect("concurrent job_insert");
+        got.push(out.remove(0));
+    }
+    assert_one_job(db, &got).await;
+}
+
+/// Asserts that `got`, the results of racing inserts of one key, name one job, that
+/// exactly one of them inserted it, and that it is the only job stored.
+async fn assert_one_job(db: &TestDb, got: &[Enqueued]) {
+    let winners: Vec<&Enqueued> = got.iter().filter(|e| !e.deduplicated).collect();
+    assert_eq!(winners.len(), 1, "exactly one insert is new: {got:?}");
+    let winner = &winners[0].job;
+    assert!(
+        got.iter().all(|e| e.job.id == winner.id),
+        "every producer got job {}: {got:?}",
+        winner.id
+    );
+    assert_eq!(ids(&all_jobs(db).await), vec![winner.id], "one job stored");
+    assert_eq!(
+        get(db, winner.id).await.kind,
+        winner.kind,
+        "the winner's job"
+    );
+}

@@ -1,0 +1,350 @@
+//! `purge` and `purge_count`: each target's records older than the cutoff (strictly) are
+//! deleted oldest first, at most `limit` per call, and newer ones are kept; finished-job
+//! purges take completed and cancelled jobs with their attempts, dead-job purges dead
+//! ones, and neither ever touches a job still waiting or running. A large backlog goes in
+//! bounded batches.
+
+use idem_store::{
+    EffectClaim, EffectClaimed, JobCompleteMany, JobInsert, JobLock, JobRow, NewJob, Purge,
+    PurgeTarget, Timestamp,
+};
+
+use super::enqueue_key::{enqueue_one, keyed};
+use crate::TestDb;
+use crate::fixture::{
+    at, attempts, cancel, claim, complete, fail, get, insert_one, job_in, running, t0,
+};
+
+/// Purges up to `limit` records of `target` older than `before`; how many went.
+async fn purge(db: &TestDb, target: PurgeTarget, before: Timestamp, limit: u32) -> u64 {
+    let params = Purge {
+        target,
+        before,
+        limit,
+    };
+    db.store.purge(params).await.expect("purge")
+}
+
+/// How many records of `target` a purge with cutoff `before` would delete.
+async fn count(db: &TestDb, target: PurgeTarget, before: Timestamp) -> u64 {
+    db.store
+        .purge_count(target, before)
+        .await
+        .expect("purge_count")
+}
+
+/// A job of its own `queue`, claimed at [`t0`] and completed at `when`.
+async fn completed_at(db: &TestDb, queue: &str, when: Timestamp) -> JobRow {
+    let row = running(db, job_in(queue, "completed"), t0()).await;
+    complete(db, row.lease_token(), when)
+        .await
+        .expect("complete")
+}
+
+/// A job of its own `queue`, claimed at [`t0`] and cancelled while running at `when`.
+async fn cancelled_at(db: &TestDb, queue: &str, when: Timestamp) -> JobRow {
+    let row = running(db, job_in(queue, "cancelled"), t0()).await;
+    cancel(db, row.id, when).await.expect("cancel")
+}
+
+/// A job of its own `queue`, claimed at [`t0`] and failed to dead at `when`.
+async fn dead_at(db: &TestDb, queue: &str, when: Timestamp) -> JobRow {
+    let row = running(db, job_in(queue, "dead"), t0()).await;
+    fail(db, row.lease_token(), None, when)
+        .await
+        .expect("fail to dead")
+}
+
+/// Waiting and running jobs of their own queues: available, scheduled, retryable,
+/// running.
+async fn live_jobs(db: &TestDb) -> Vec<JobRow> {
+    let available = insert_one(db, job_in("live-a", "available"), t0()).await;
+    let later = NewJob {
+        run_at: Some(at(3_600_000)),
+        ..job_in("live-s", "scheduled")
+    };
+    let scheduled = insert_one(db, later, t0()).await;
+    let flaky = running(db, job_in("live-f", "retryable"), t0()).await;
+    fail(db, flaky.lease_token(), Some(3_600_000), at(1))
+        .await
+        .expect("fail to retryable");
+    let run = running(db, job_in("live-r", "running"), t0()).await;
+    vec![available, scheduled, flaky, run]
+}
+
+/// Each job of `jobs` and its attempts, as stored now.
+async fn snapshot(db: &TestDb, jobs: &[JobRow]) -> Vec<(JobRow, Vec<idem_store::AttemptRow>)> {
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        out.push((get(db, j.id).await, attempts(db, j.id).await));
+    }
+    out
+}
+
+/// Asserts that the jobs are gone with their attempts.
+async fn assert_gone(db: &TestDb, jobs: &[&JobRow]) {
+    for j in jobs {
+        let row = db.store.job_get(j.id).await.expect("job_get");
+        assert_eq!(row, None, "job {} ({}) was purged", j.id, j.queue);
+        assert!(
+            attempts(db, j.id).await.is_empty(),
+            "attempts of job {}",
+            j.id
+        );
+    }
+}
+
+/// The first column of each row of `sql`, as text.
+async fn texts(db: &TestDb, sql: &str) -> Vec<String> {
+    let rows = db.store.query(sql, &[]).await.expect("query");
+    rows.into_iter()
+        .map(|r| r[0].as_str().expect("a text column").to_owned())
+        .collect()
+}
+
+/// `SELECT count(*)` of `table`.
+async fn rows_in(db: &TestDb, table: &str) -> i64 {
+    let sql = format!("SELECT count(*) FROM {table}");
+    let rows = db.store.query(&sql, &[]).await.expect("count");
+    match rows.as_slice() {
+        [row] => row[0].as_i64().expect("an integer count"),
+        other => panic!("unexpected count rows {other:?}"),
+    }
+}
+
+/// Finished jobs (completed and cancelled) finalized before the cutoff go oldest first,
+/// at most `limit` per call, with their attempts; one finalized at the cutoff or later,
+/// dead jobs and waiting or running jobs stay. `purge_count` agrees throughout.
+pub async fn purge_finished_jobs_oldest_first(db: &TestDb) {
+    let c1 = completed_at(db, "c1", at(1_000)).await;
+    let x1 = cancelled_at(db, "x1", at(1_500)).await;
+    let c2 = completed_at(db, "c2", at(2_000)).await;
+    let x2 = cancelled_at(db, "x2", at(3_000)).await;
+    let mut kept = vec![
+        completed_at(db, "at-cutoff", at(5_000)).await,
+        cancelled_at(db, "newer", at(6_000)).await,
+        dead_at(db, "dead", at(1_000)).await,
+    ];
+    kept.extend(live_jobs(db).await);
+    let before = snapshot(db, &kept).await;
+    let cutoff = at(5_000);
+    let target = PurgeTarget::FinishedJobs;
+    assert_eq!(count(db, target, cutoff).await, 4);
+    assert_eq!(purge(db, target, cutoff, 2).await, 2);
+    assert_gone(db, &[&c1, &x1]).await;
+    assert_eq!(get(db, c2.id).await, c2, "the newer of the old ones waits");
+    assert_eq!(count(db, target, cutoff).await, 2);
+    assert_eq!(purge(db, target, cutoff, 10).await, 2);
+    assert_gone(db, &[&c2, &x2]).await;
+    assert_eq!(count(db, target, cutoff).await, 0);
+    assert_eq!(purge(db, target, cutoff, 10).await, 0);
+    assert_eq!(snapshot(db, &kept).await, before, "the rest untouched");
+}
+
+/// Dead jobs finalized before the cutoff go oldest first with their attempts; newer dead
+/// jobs, completed, cancelled and running jobs stay.
+pub async fn purge_dead_jobs_only(db: &TestDb) {
+    let d1 = dead_at(db, "d1", at(1_000)).await;
+    let d2 = dead_at(db, "d2", at(2_000)).await;
+    let mut kept = vec![
+        dead_at(db, "d3", at(9_000)).await,
+        completed_at(db, "c", at(1_000)).await,
+        cancelled_at(db, "x", at(1_000)).await,
+    ];
+    kept.extend(live_jobs(db).await);
+    let before = snapshot(db, &kept).await;
+    let cutoff = at(5_000);
+    let target = PurgeTarget::DeadJobs;
+    assert_eq!(count(db, target, cutoff).await, 2);
+    assert_eq!(purge(db, target, cutoff, 1).await, 1);
+    assert_gone(db, &[&d1]).await;
+    assert_eq!(get(db, d2.id).await, d2, "the newer dead job waits");
+    assert_eq!(count(db, target, cutoff).await, 1);
+    assert_eq!(purge(db, target, cutoff, 10).await, 1);
+    assert_gone(db, &[&d2]).await;
+    assert_eq!(count(db, target, cutoff).await, 0);
+    assert_eq!(purge(db, target, cutoff, 10).await, 0);
+    assert_eq!(snapshot(db, &kept).await, before, "the rest untouched");
+}
+
+/// Effect keys created before the cutoff go oldest first; a purged key can be claimed
+/// anew, a kept one still answers with its record; the job is untouched.
+pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
+    let row = running(db, job_in("e", "mail"), t0()).await;
+    let claim_at = |key: &str, ms: i64| EffectClaim {
+        key: key.into(),
+        kind: "fx".into(),
+        lease: row.lease_token(),
+        now: Some(at(ms)),
+    };
+    let lock = JobLock {
+        lease: row.lease_token(),
+    };
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.job_lock(lock).await.expect("lock");
+    for (key, ms) in [
+        ("fx:1", 1_000),
+        ("fx:2", 2_000),
+        ("fx:3", 3_000),
+        ("fx:4", 8_000),
+    ] {
+        tx.effect_claim(claim_at(key, ms)).await.expect("claim");
+    }
+    tx.commit().await.expect("commit");
+    let keys = "SELECT key FROM idem_effect ORDER BY key";
+    let (target, cutoff) = (PurgeTarget::EffectKeys, at(3_000));
+    assert_eq!(count(db, target, cutoff).await, 2);
+    assert_eq!(purge(db, target, cutoff, 1).await, 1);
+    assert_eq!(texts(db, keys).await, ["fx:2", "fx:3", "fx:4"]);
+    assert_eq!(count(db, target, cutoff).await, 1);
+    assert_eq!(purge(db, target, cutoff, 10).await, 1);
+    assert_eq!(texts(db, keys).await, ["fx:3", "fx:4"]);
+    assert_eq!(count(db, target, cutoff).await, 0);
+    assert_eq!(purge(db, target, cutoff, 10).await, 0);
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.job_lock(lock).await.expect("lock");
+    let purged = tx
+        .effect_claim(claim_at("fx:1", 9_000))
+        .await
+        .expect("claim");
+    assert_eq!(purged, EffectClaimed::New, "a purged key is free");
+    match tx
+        .effect_claim(claim_at("fx:3", 9_000))
+        .await
+        .expect("claim")
+    {
+        EffectClaimed::Done(r) => assert_eq!((r.job_id, r.created_at), (row.id, at(3_000))),
+        EffectClaimed::New => panic!("a key created at the cutoff must be kept"),
+    }
+    tx.rollback().await.expect("rollback");
+    assert_eq!(get(db, row.id).await, row, "the job untouched");
+}
+
+/// Enqueue keys taken before the cutoff go oldest first, their jobs stay; a purged key
+/// is free for a new job, a kept one still deduplicates.
+pub async fn purge_enqueue_keys_created_before_the_cutoff(db: &TestDb) {
+    let mut jobs = Vec::new();
+    for (key, ms) in [("k1", 1_000), ("k2", 2_000), ("k3", 3_000), ("k4", 8_000)] {
+        jobs.push(enqueue_one(db, keyed("q", key, key), at(ms)).await.job);
+    }
+    let before = snapshot(db, &jobs).await;
+    let keys = "SELECT key FROM idem_enqueue_key ORDER BY key";
+    let (target, cutoff) = (PurgeTarget::EnqueueKeys, at(3_000));
+    assert_eq!(count(db, target, cutoff).await, 2);
+    assert_eq!(purge(db, target, cutoff, 1).await, 1);
+    assert_eq!(texts(db, keys).await, ["k2", "k3", "k4"]);
+    assert_eq!(count(db, target, cutoff).await, 1);
+    assert_eq!(purge(db, target, cutoff, 10).await, 1);
+    assert_eq!(texts(db, keys).await, ["k3", "k4"]);
+    assert_eq!(count(db, target, cutoff).await, 0);
+    assert_eq!(purge(db, target, cutoff, 10).await, 0);
+    assert_eq!(snapshot(db, &jobs).await, before, "the jobs untouched");
+    let free = enqueue_one(db, keyed("q", "k1-again", "k1"), at(9_000)).await;
+    assert!(!free.deduplicated, "a purged key is free: {free:?}");
+    let held = enqueue_one(db, keyed("q", "k3-again", "k3"), at(9_000)).await;
+    assert!(held.deduplicated, "a kept key still holds: {held:?}");
+    assert_eq!(held.job.id, jobs[2].id);
+}
+
+/// 100 000 finished jobs older than the cutoff go in batches of at most 10 000, oldest
+/// first, with their attempts; the 50 finished after the cutoff and 50 live jobs
+/// (available, running) are untouched.
+pub async fn purge_of_a_large_table_runs_in_bounded_batches(db: &TestDb) {
+    const OLD: usize = 100_000;
+    const CHUNK: usize = 10_000;
+    const BATCH: u32 = 10_000;
+    fill_finished(db, "old", OLD, CHUNK, 1_000).await;
+    let cutoff = at(100_000);
+    let mut kept = fill_finished(db, "recent", 50, 50, 200_000).await;
+    let available = (0..25).map(|_| job_in("live", "available")).collect();
+    kept.extend(insert_rows(db, available).await);
+    insert_rows(db, (0..25).map(|_| job_in("busy", "running")).collect()).await;
+    kept.extend(claim(db, "busy", 25, t0()).await);
+    let before = snapshot(db, &kept).await;
+    let target = PurgeTarget::FinishedJobs;
+    assert_eq!(count(db, target, cutoff).await, OLD as u64);
+    let (mut batches, mut deleted) = (0, 0);
+    loop {
+        let n = purge(db, target, cutoff, BATCH).await;
+        assert!(n <= u64::from(BATCH), "a batch of {n}");
+        if n == 0 {
+            break;
+        }
+        batches += 1;
+        deleted += n;
+        assert!(batches <= OLD / CHUNK * 2, "purge does not converge");
+        assert_eq!(count(db, target, cutoff).await, OLD as u64 - deleted);
+        let oldest_gone = at(1_000 * (deleted / CHUNK as u64) as i64 + 1);
+        assert_eq!(count(db, target, oldest_gone).await, 0, "oldest first");
+    }
+    assert!(batches >= OLD / CHUNK, "{batches} batches");
+    assert_eq!(deleted, OLD as u64);
+    assert_eq!(
+        snapshot(db, &kept).await,
+        before,
+        "newer and live jobs untouched"
+    );
+    assert_eq!(rows_in(db, "idem_job").await, 100);
+    assert_eq!(
+        rows_in(db, "idem_job_attempt").await,
+        50,
+        "the recent jobs' attempts"
+    );
+}
+
+/// Inserts jobs without enqueue keys at [`t0`]; the rows in order.
+async fn insert_rows(db: &TestDb, jobs: Vec<NewJob>) -> Vec<JobRow> {
+    let params = JobInsert {
+        jobs,
+        now: Some(t0()),
+        ..JobInsert::default()
+    };
+    let rows = db.store.job_insert(params).await.expect("job_insert");
+    rows.into_iter().map(|e| e.job).collect()
+}
+
+/// `n` completed jobs of `queue`, inserted in one statement, claimed and completed
+/// `chunk` at a time; chunk `c` is finalized at `at(first_ms * (c + 1))`. Returns their
+/// claimed rows (for their ids).
+async fn fill_finished(
+    db: &TestDb,
+    queue: &str,
+    n: usize,
+    chunk: usize,
+    first_ms: i64,
+) -> Vec<JobRow> {
+    insert_rows(db, (0..n).map(|_| job_in(queue, "history")).collect()).await;
+    let mut out = Vec::with_capacity(n);
+    for c in 0..n / chunk {
+        let claimed = claim(db, queue, chunk as u32, t0()).await;
+        assert_eq!(claimed.len(), chunk, "claiming chunk {c}");
+        let when = at(first_ms * (c as i64 + 1));
+        let params = JobCompleteMany {
+            leases: claimed.iter().map(JobRow::lease_token).collect(),
+            now: Some(when),
+        };
+        let done = db.store.job_complete_many(params).await.expect("complete");
+        assert_eq!(done.len(), chunk, "completing chunk {c}");
+        out.extend(claimed);
+    }
+    out
+}
+
+/// A purged job frees the enqueue key it still held (even inside the key's window, which
+/// a valid retention never allows): the next insert with that key is a new job, not an
+/// error about a key whose job is gone.
+pub async fn purge_of_a_job_frees_its_enqueue_key(db: &TestDb) {
+    let first = enqueue_one(db, keyed("q", "keyed", "k"), t0()).await;
+    let claimed = claim(db, "q", 1, t0()).await;
+    assert_eq!(claimed.len(), 1);
+    complete(db, claimed[0].lease_token(), at(1))
+        .await
+        .expect("complete");
+    assert_eq!(purge(db, PurgeTarget::FinishedJobs, at(2), 10).await, 1);
+    let again = enqueue_one(db, keyed("q", "keyed", "k"), at(3)).await;
+    assert!(!again.deduplicated, "the purged job's key is free");
+    assert_ne!(again.job.id, first.job.id);
+    let repeat = enqueue_one(db, keyed("q", "keyed", "k"), at(4)).await;
+    assert!(repeat.deduplicated);
+    assert_eq!(repeat.job.id, again.job.id);
+}

@@ -1,0 +1,138 @@
+//! Enqueue with keys: the one orchestration both stores run inside a transaction.
+//!
+//! The unique index on `idem_enqueue_key (queue, key)` is the only arbiter; nothing reads
+//! before it writes. The jobs are inserted first (one statement); then one statement takes
+//! the keys of the new jobs (`INSERT … ON CONFLICT DO UPDATE … WHERE` the held key is older
+//! than the window, `RETURNING` the jobs that got their key). A job that did not get its
+//! key is deleted again in the same transaction, and the job holding the key is returned
+//! instead, marked deduplicated. On PostgreSQL a concurrent enqueue of the same key waits
+//! on the index entry until the first transaction ends, so two producers never both win.
+
+use std::collections::HashMap;
+
+use crate::{EnqueueKeyTake, Enqueued, JobInsert, StoreError, StoreResult, StoreTx};
+
+/// Inserts `params.jobs` in `tx`, deduplicating by enqueue key; results in input order.
+pub async fn insert<T: StoreTx + ?Sized>(
+    tx: &mut T,
+    mut params: JobInsert,
+) -> StoreResult<Vec<Enqueued>> {
+    if !params.has_keys() {
+        let rows = tx.job_insert_rows(params).await?;
+        return Ok(rows.into_iter().map(Enqueued::new).collect());
+    }
+    // The same (queue, key) twice in one batch: the later ones return the first's job.
+    let mut first_of: HashMap<(String, String), usize> = HashMap::new();
+    let mut source: Vec<Source> = Vec::with_capacity(params.jobs.len());
+    let mut unique = Vec::with_capacity(params.jobs.len());
+    for job in std::mem::take(&mut params.jobs) {
+        let Some(key) = job.enqueue_key.clone() else {
+            source.push(Source::Row(unique.len()));
+            unique.push(job);
+            continue;
+        };
+        match first_of.entry((job.queue.clone(), key)) {
+            std::collections::hash_map::Entry::Occupied(e) => source.push(Source::Same(*e.get())),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(unique.len());
+                source.push(Source::Row(unique.len()));
+                unique.push(job);
+            }
+        }
+    }
+    let window_ms = params.key_window_ms;
+    let now = params.now;
+    let unique_keys: Vec<Option<String>> = unique.iter().map(|j| j.enqueue_key.clone()).collect();
+    let rows = tx
+        .job_insert_rows(JobInsert {
+            jobs: unique,
+            ..params
+        })
+        .await?;
+    let mut keys: Vec<(String, String, i64)> = rows
+        .iter()
+        .zip(unique_keys)
+        .filter_map(|(row, key)| Some((row.queue.clone(), key?, row.id)))
+        .collect();
+    // One order for every transaction, so two enqueues taking overlapping keys wait on
+    // each other instead of deadlocking.
+    keys.sort();
+    let taken = tx
+        .enqueue_key_take(EnqueueKeyTake {
+            keys: keys.clone(),
+            window_ms,
+            now,
+        })
+        .await?;
+    let lost: Vec<&(String, String, i64)> = keys
+        .iter()
+        .filter(|(_, _, id)| !taken.contains(id))
+        .collect();
+    let mut results: Vec<Enqueued> = rows.into_iter().map(Enqueued::new).collect();
+    if !lost.is_empty() {
+        let holders = tx
+            .enqueue_key_find(
+                lost.iter()
+                    .map(|(q, k, _)| (q.clone(), k.clone()))
+                    .collect(),
+            )
+            .await?;
+        let holder_ids: Vec<i64> = holders.iter().map(|(_, _, id)| *id).collect();
+        let lost_ids: Vec<i64> = lost.iter().map(|(_, _, id)| *id).collect();
+        tx.job_delete(lost_ids).await?;
+        let held = tx.job_get_many(holder_ids).await?;
+        for r in results.iter_mut() {
+            let Some((q, k, _)) = lost.iter().find(|(_, _, id)| *id == r.job.id) else {
+                continue;
+            };
+            let holder = holders
+                .iter()
+                .find(|(hq, hk, _)| hq == q && hk == k)
+                .and_then(|(_, _, id)| held.iter().find(|j| j.id == *id))
+                .ok_or_else(|| {
+                    StoreError::Database(format!(
+                        "enqueue key {k:?} of queue {q:?} is held but its job is gone"
+                    ))
+                })?;
+            *r = Enqueued {
+                job: holder.clone(),
+                deduplicated: true,
+            };
+        }
+    }
+    Ok(source
+        .into_iter()
+        .map(|s| match s {
+            Source::Row(i) => results[i].clone(),
+            Source::Same(i) => Enqueued {
+                job: results[i].job.clone(),
+                deduplicated: true,
+            },
+        })
+        .collect())
+}
+
+/// Where a job of the input gets its result: its own row, or the row of an earlier job
+/// of the batch with the same key.
+enum Source {
+    Row(usize),
+    Same(usize),
+}
+
+impl std::ops::Deref for Enqueued {
+    type Target = crate::JobRow;
+
+    fn deref(&self) -> &crate::JobRow {
+        &self.job
+    }
+}
+
+impl Enqueued {
+    /// A freshly inserted job.
+    pub fn new(job: crate::JobRow) -> Self {
+        Enqueued {
+            job,
+            deduplicated: false,
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Operator and maintenance operations: dead-letter retry and discard, and purges of
+//! records older than their retention.
+//!
+//! Purges delete by range on an indexed time column, at most `limit` rows per call, so a
+//! caller deletes a large backlog in bounded transactions. Dedup records (enqueue keys,
+//! effect keys) are purged only once older than their window; effect data (ledger
+//! entries, store-assigned numbers) is never purged by idem.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Timestamp;
+
+/// Put dead or cancelled jobs back to `available` with a fresh ladder.
+#[derive(Debug, Clone, Default)]
+pub struct JobRetry {
+    /// The jobs. Those not dead or cancelled are left alone and absent from the result.
+    pub ids: Vec<i64>,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
+/// Delete dead jobs with their attempt history and their enqueue keys.
+#[derive(Debug, Clone, Default)]
+pub struct JobDiscard {
+    /// The jobs. Those not dead are left alone and absent from the result.
+    pub ids: Vec<i64>,
+}
+
+/// What a purge deletes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PurgeTarget {
+    /// Enqueue keys (`idem_enqueue_key`) created before the cutoff.
+    EnqueueKeys,
+    /// Effect dedup records (`idem_effect`) created before the cutoff.
+    EffectKeys,
+    /// Completed and cancelled jobs finalized before the cutoff, with their attempts and
+    /// any enqueue key they still hold.
+    FinishedJobs,
+    /// Dead jobs finalized before the cutoff, with their attempts and any enqueue key
+    /// they still hold.
+    DeadJobs,
+}
+
+impl PurgeTarget {
+    /// Every target, in the order a purge runs them.
+    pub const ALL: [PurgeTarget; 4] = [
+        PurgeTarget::EnqueueKeys,
+        PurgeTarget::EffectKeys,
+        PurgeTarget::FinishedJobs,
+        PurgeTarget::DeadJobs,
+    ];
+
+    /// The name used in reports and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PurgeTarget::EnqueueKeys => "enqueue-keys",
+            PurgeTarget::EffectKeys => "effect-keys",
+            PurgeTarget::FinishedJobs => "finished-jobs",
+            PurgeTarget::DeadJobs => "dead-jobs",
+        }
+    }
+}
+
+impl std::fmt::Display for PurgeTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// Delete up to `limit` records of one target older than `before`.
+#[derive(Debug, Clone, Copy)]
+pub struct Purge {
+    /// What to delete.
+    pub target: PurgeTarget,
+    /// Records created (keys) or finalized (jobs) strictly before this time.
+    pub before: Timestamp,
+    /// At most this many records (jobs count, not their attempts).
+    pub limit: u32,
+}

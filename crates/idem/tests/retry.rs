@@ -1,0 +1,415 @@
+//! Retry ladders, snooze, dead-letter promotion and operator retry, enqueue keys through
+//! the client, retention checked against the retry horizon, and the worker's purger, on
+//! both stores. Every time rule runs on an injected clock: a test moves time forward and
+//! waits for the job's state to follow.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use common::*;
+use idem::config::human;
+use idem::retry::RetryLadder;
+use idem::{
+    AttemptOutcome, EffectClass, Handler, Idem, Job, JobContext, JobError, JobRow, JobState,
+    ManualClock, Retention, WorkerConfig,
+};
+use idem_store_tests::{TestDb, harness::within};
+use tokio::sync::mpsc;
+
+const SECOND: Duration = Duration::from_secs(1);
+
+/// A ladder without jitter, so each delay is exact.
+fn exact(rungs: &[u64]) -> RetryLadder {
+    RetryLadder::new(
+        rungs
+            .iter()
+            .map(|s| Duration::from_secs(*s))
+            .collect::<Vec<_>>(),
+    )
+    .jitter(0.0)
+}
+
+/// A client on a manual clock standing at the database's time.
+async fn manual(db: &TestDb) -> (Idem, Arc<ManualClock>) {
+    let clock = Arc::new(db_clock(db).await);
+    (client(db, Some(clock.clone())), clock)
+}
+
+/// Waits until job `id` satisfies `done`; returns it.
+async fn until(idem: &Idem, id: i64, what: &str, done: impl Fn(&JobRow) -> bool) -> JobRow {
+    within(30, what, async {
+        loop {
+            let row = job(idem, id).await;
+            if done(&row) {
+                return row;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
+/// Enqueues a job of `kind` on queue `q` with `max_attempts`; its id.
+async fn enqueue_q(idem: &Idem, kind: &str, max_attempts: i32) -> i64 {
+    let job = Job::new(kind, serde_json::json!({}))
+        .queue("q")
+        .max_attempts(max_attempts);
+    idem.enqueue(job).await.unwrap().id
+}
+
+/// `(attempt, fence, outcome)` of each finished attempt of job `id`, oldest first.
+async fn outcomes(idem: &Idem, id: i64) -> Vec<(i32, i64, AttemptOutcome)> {
+    let history = idem.attempts(id).await.unwrap();
+    history
+        .iter()
+        .map(|a| (a.attempt, a.fence, a.outcome))
+        .collect()
+}
+
+/// Fails while `failing` is set (sending each attempt number first), then completes.
+struct Failing {
+    failing: Arc<AtomicBool>,
+    attempts: mpsc::UnboundedSender<i32>,
+}
+
+impl Handler for Failing {
+    const KIND: &'static str = "failing";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let attempt = cx.job().attempt;
+        let _ = self.attempts.send(attempt);
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(JobError::retry(format!("failed attempt {attempt}")));
+        }
+        Ok(())
+    }
+}
+
+/// A job failing every time walks its kind's ladder (not the default one), one rung per
+/// attempt, lands in `dead` with every attempt recorded, and an operator retry from dead
+/// runs it again with a fresh ladder and the history kept.
+async fn failing_job_walks_the_ladder_to_dead_and_back(db: &TestDb) {
+    let (idem, clock) = manual(db).await;
+    let mut cfg = config("q", 1);
+    cfg.ladder = exact(&[3600]);
+    cfg.kind_ladders
+        .insert("failing".into(), exact(&[10, 20, 30]));
+    let failing = Arc::new(AtomicBool::new(true));
+    let (tx, mut attempts) = events();
+    let mut w = idem.worker(cfg).unwrap();
+    w.register(Failing {
+        failing: failing.clone(),
+        attempts: tx,
+    })
+    .unwrap();
+    let job_id = enqueue_q(&idem, "failing", 4).await;
+    let w = w.start();
+    for (attempt, rung) in [(1, 10), (2, 20), (3, 30)] {
+        assert_eq!(within(30, "attempt", attempts.recv()).await, Some(attempt));
+        let row = until(&idem, job_id, "retryable", |j| {
+            j.state == JobState::Retryable
+        })
+        .await;
+        let wait = row.run_at - clock.get();
+        assert_eq!(
+            wait.num_seconds(),
+            rung,
+            "attempt {attempt} waits rung {rung}"
+        );
+        assert_eq!(
+            row.last_error.as_deref(),
+            Some(&*format!("failed attempt {attempt}"))
+        );
+        clock.advance(SECOND * rung as u32);
+    }
+    assert_eq!(within(30, "last attempt", attempts.recv()).await, Some(4));
+    let dead = until(&idem, job_id, "dead", |j| j.state == JobState::Dead).await;
+    assert_eq!((dead.attempt, dead.fence), (4, 4));
+    let history = idem.attempts(job_id).await.unwrap();
+    assert!(history.iter().all(|a| a.error.is_some()));
+    let outcomes = outcomes(&idem, job_id).await;
+    use AttemptOutcome::{Dead, Retryable};
+    assert_eq!(
+        outcomes,
+        vec![
+            (1, 1, Retryable),
+            (2, 2, Retryable),
+            (3, 3, Retryable),
+            (4, 4, Dead)
+        ]
+    );
+
+    failing.store(false, Ordering::SeqCst);
+    let retried = idem.retry_jobs(vec![job_id]).await.unwrap();
+    assert_eq!(retried.len(), 1);
+    assert_eq!(
+        (retried[0].state, retried[0].attempt),
+        (JobState::Available, 0)
+    );
+    assert_eq!(within(30, "rerun", attempts.recv()).await, Some(1));
+    let done = until(&idem, job_id, "completed", |j| {
+        j.state == JobState::Completed
+    })
+    .await;
+    assert_eq!(
+        (done.attempt, done.fence),
+        (1, 5),
+        "fresh ladder, fence kept growing"
+    );
+    let history = idem.attempts(job_id).await.unwrap();
+    assert_eq!(history.len(), 5, "history kept across the retry");
+    assert_eq!(history[4].outcome, AttemptOutcome::Completed);
+    within(30, "shutdown", w.shutdown()).await;
+}
+
+/// A worker's `max_attempts` caps a job enqueued with more, so the retry horizon the
+/// retention was checked against holds; a permanent error goes to dead at once.
+async fn worker_max_attempts_caps_jobs_and_permanent_errors_are_dead(db: &TestDb) {
+    let (idem, _clock) = manual(db).await;
+    let mut cfg = config("q", 2);
+    cfg.ladder = exact(&[0]);
+    cfg.max_attempts = 2;
+    let (tx, _attempts) = events();
+    let mut w = idem.worker(cfg).unwrap();
+    w.register(Failing {
+        failing: Arc::new(AtomicBool::new(true)),
+        attempts: tx,
+    })
+    .unwrap();
+    w.register(Permanent).unwrap();
+    let capped = enqueue_q(&idem, "failing", 20).await;
+    let permanent = idem
+        .enqueue(Job::new("permanent", serde_json::json!({})).queue("q"))
+        .await
+        .unwrap()
+        .id;
+    let w = w.start();
+    let row = until(&idem, capped, "capped job dead", |j| {
+        j.state == JobState::Dead
+    })
+    .await;
+    assert_eq!(row.attempt, 2);
+    let row = until(&idem, permanent, "permanent dead", |j| {
+        j.state == JobState::Dead
+    })
+    .await;
+    assert_eq!(row.attempt, 1);
+    assert_eq!(row.last_error.as_deref(), Some("card declined"));
+    let history = idem.attempts(permanent).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].outcome, AttemptOutcome::Dead);
+    within(30, "shutdown", w.shutdown()).await;
+}
+
+struct Permanent;
+
+impl Handler for Permanent {
+    const KIND: &'static str = "permanent";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, _: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        Err(JobError::permanent("card declined"))
+    }
+}
+
+/// Snoozes on its first run, completes on the next.
+struct Snoozer {
+    runs: AtomicU32,
+}
+
+impl Handler for Snoozer {
+    const KIND: &'static str = "snoozer";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, _: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        if self.runs.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Err(JobError::snooze(Duration::from_secs(60)));
+        }
+        Ok(())
+    }
+}
+
+/// A snooze runs the job later without spending an attempt: a job with one attempt
+/// snoozes and still completes, and the history shows both claims.
+async fn snooze_runs_later_without_spending_an_attempt(db: &TestDb) {
+    let (idem, clock) = manual(db).await;
+    let mut w = idem.worker(config("q", 1)).unwrap();
+    w.register(Snoozer {
+        runs: AtomicU32::new(0),
+    })
+    .unwrap();
+    let id = enqueue_q(&idem, "snoozer", 1).await;
+    let w = w.start();
+    let row = until(&idem, id, "snoozed", |j| j.state == JobState::Scheduled).await;
+    assert_eq!(row.attempt, 0, "the attempt was given back");
+    assert_eq!((row.run_at - clock.get()).num_seconds(), 60);
+    assert_eq!(row.last_error, None, "a snooze is not an error");
+    clock.advance(Duration::from_secs(60));
+    let row = until(&idem, id, "completed", |j| j.state == JobState::Completed).await;
+    assert_eq!((row.attempt, row.fence), (1, 2));
+    assert_eq!(
+        outcomes(&idem, id).await,
+        vec![
+            (1, 1, AttemptOutcome::Snoozed),
+            (1, 2, AttemptOutcome::Completed)
+        ]
+    );
+    let report = within(30, "shutdown", w.shutdown()).await;
+    assert_eq!((report.snoozed, report.completed), (1, 1));
+}
+
+/// Through the client: a repeated enqueue key returns the first job, marked
+/// deduplicated, inside the window, in a batch and in the caller's transaction; once the
+/// window has passed the key enqueues anew.
+async fn enqueue_keys_deduplicate_inside_the_window(db: &TestDb) {
+    let (idem, clock) = manual(db).await;
+    let window = Duration::from_secs(3600);
+    let idem = idem
+        .with_retention(Retention {
+            enqueue_keys: window,
+            ..Retention::default()
+        })
+        .unwrap();
+    let keyed = |k: &str| Job::new("mail", serde_json::json!({})).enqueue_key(k);
+    let first = idem.enqueue(keyed("order:1")).await.unwrap();
+    assert!(!first.deduplicated);
+    let again = idem.enqueue(keyed("order:1")).await.unwrap();
+    assert!(again.deduplicated);
+    assert_eq!(again.job, first.job);
+
+    let batch = idem
+        .enqueue_many(vec![keyed("order:1"), keyed("order:2"), keyed("order:2")])
+        .await
+        .unwrap();
+    let flags: Vec<bool> = batch.iter().map(|e| e.deduplicated).collect();
+    assert_eq!(flags, vec![true, false, true]);
+    assert_eq!(batch[0].id, first.id);
+    assert_eq!(batch[1].id, batch[2].id);
+
+    let mut tx = idem.begin().await.unwrap();
+    let in_tx = idem.enqueue_tx(&mut tx, keyed("order:2")).await.unwrap();
+    tx.commit().await.unwrap();
+    assert!(in_tx.deduplicated);
+    assert_eq!(in_tx.id, batch[1].id);
+
+    clock.advance(window - Duration::from_millis(1));
+    assert!(idem.enqueue(keyed("order:1")).await.unwrap().deduplicated);
+    clock.advance(Duration::from_millis(2));
+    let anew = idem.enqueue(keyed("order:1")).await.unwrap();
+    assert!(!anew.deduplicated, "the window has passed");
+    assert_ne!(anew.id, first.id);
+    let all = idem.jobs(idem::JobList {
+        limit: 100,
+        ..Default::default()
+    });
+    assert_eq!(all.await.unwrap().len(), 3, "order:1 twice, order:2 once");
+}
+
+/// A worker refuses to start when a retention window does not cover its retry horizon,
+/// naming both durations.
+async fn retention_shorter_than_the_horizon_is_refused(db: &TestDb) {
+    let short = Duration::from_secs(2 * 3600);
+    let idem = client(db, None)
+        .with_retention(Retention {
+            effect_keys: short,
+            ..Retention::default()
+        })
+        .unwrap();
+    let cfg = WorkerConfig::default();
+    let horizon = cfg.horizon();
+    let err = idem.worker(cfg).err().expect("refused").to_string();
+    assert!(err.contains(&human(short)), "{err}");
+    assert!(err.contains(&human(horizon.total)), "{err}");
+    assert!(err.contains("effect"), "{err}");
+    let cfg = WorkerConfig {
+        ladder: exact(&[60]),
+        max_attempts: 3,
+        ..WorkerConfig::default()
+    };
+    let fits = idem.worker(cfg).map(|_| ()).map_err(|e| e.to_string());
+    assert_eq!(fits, Ok(()), "a short ladder fits the window");
+}
+
+/// The worker's purger deletes finished jobs, enqueue keys and effect records past their
+/// retention (judged on the injected clock) and keeps everything younger.
+async fn the_purger_deletes_only_what_is_past_retention(db: &TestDb) {
+    let (idem, clock) = manual(db).await;
+    create_effect_table(&idem).await;
+    let day = Duration::from_secs(86_400);
+    let idem = idem
+        .with_retention(Retention {
+            enqueue_keys: day,
+            effect_keys: day,
+            finished_jobs: day,
+            dead_jobs: day,
+        })
+        .unwrap();
+    let effect_job = |k: &str| Job::new(EFFECT_KIND, serde_json::json!({})).enqueue_key(k);
+    let old = idem.enqueue(effect_job("old")).await.unwrap().id;
+    let (done, mut done_rx) = Once::new();
+    let mut w = idem.worker(config("default", 1)).unwrap();
+    w.register(WriteEffect { worker: "w", done }).unwrap();
+    let w = w.start();
+    within(30, "old job done", &mut done_rx).await.unwrap();
+    within(30, "shutdown", w.shutdown()).await;
+
+    clock.advance(day + SECOND);
+    let young = idem.enqueue(effect_job("young")).await.unwrap().id;
+    let live = idem
+        .enqueue(Job::new("nobody-runs-this", serde_json::json!({})).queue("idle"))
+        .await
+        .unwrap()
+        .id;
+    let mut cfg = config("idle", 1);
+    cfg.purge_interval = Some(Duration::from_millis(20));
+    let purger = idem.worker(cfg).unwrap().start();
+    within(30, "old job purged", async {
+        while idem.job(old).await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    within(30, "shutdown", purger.shutdown()).await;
+    assert!(
+        idem.attempts(old).await.unwrap().is_empty(),
+        "history purged with the job"
+    );
+    assert!(idem.job(young).await.unwrap().is_some());
+    assert!(idem.job(live).await.unwrap().is_some());
+    let keys = count(&idem, "SELECT count(*) FROM idem_enqueue_key").await;
+    assert_eq!(keys, 1, "only the young key is left");
+    let effect_records = count(&idem, "SELECT count(*) FROM idem_effect").await;
+    assert_eq!(
+        effect_records, 0,
+        "the old effect record is past its window"
+    );
+    assert_eq!(effects(&idem).await.len(), 1, "effect data is never purged");
+    let reused = idem.enqueue(effect_job("old")).await.unwrap();
+    assert!(!reused.deduplicated, "a purged key is free");
+}
+
+async fn count(idem: &Idem, sql: &str) -> i64 {
+    match idem.store().query(sql, &[]).await.unwrap().as_slice() {
+        [row] => match row.as_slice() {
+            [idem::SqlValue::Int(n)] => *n,
+            other => panic!("unexpected count {other:?}"),
+        },
+        other => panic!("unexpected rows {other:?}"),
+    }
+}
+
+idem_store_tests::store_cases!(
+    failing_job_walks_the_ladder_to_dead_and_back,
+    worker_max_attempts_caps_jobs_and_permanent_errors_are_dead,
+    snooze_runs_later_without_spending_an_attempt,
+    enqueue_keys_deduplicate_inside_the_window,
+    retention_shorter_than_the_horizon_is_refused,
+    the_purger_deletes_only_what_is_past_retention,
+);
