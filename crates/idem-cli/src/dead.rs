@@ -146,6 +146,11 @@ pub async fn purge(url: &str, a: PurgeArgs) -> anyhow::Result<ExitCode> {
         bail!("--batch is 0; give at least 1");
     }
     let config = crate::config::CliConfig::load(a.config.as_deref())?;
+    // The same check a worker makes at start-up: a window shorter than the retry horizon
+    // would purge dedup records that a retry may still need.
+    config
+        .check()
+        .context("refusing to purge with these retention windows (see `idem config check`)")?;
     let idem = connect(url)
         .await?
         .with_retention(config.retention)

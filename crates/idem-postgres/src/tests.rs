@@ -205,6 +205,7 @@ async fn fail_and_rescue(store: &PgStore, t0: Timestamp, failing: i64, other: i6
         .job_rescue(JobRescue {
             limit: 10,
             retry_in_ms: 0,
+            max_attempts: None,
             now: Some(t0 + Span::hours(1)),
         })
         .await

@@ -215,7 +215,8 @@ impl StoreTx for PgTx {
         let q = sqlx::query(include_str!("../queries/job/rescue.sql"))
             .bind(i64::from(p.limit))
             .bind(p.retry_in_ms)
-            .bind(p.now);
+            .bind(p.now)
+            .bind(p.max_attempts);
         let jobs = self.fetch_jobs(q).await?;
         for job in &jobs {
             self.record_attempt(AttemptRecord {

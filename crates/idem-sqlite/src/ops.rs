@@ -203,7 +203,8 @@ pub(crate) fn job_fail(c: &Connection, p: &JobFail) -> StoreResult<JobRow> {
 
 pub(crate) fn job_rescue(c: &Connection, p: &JobRescue) -> StoreResult<Vec<JobRow>> {
     let sql = include_str!("../queries/job/rescue.sql");
-    let args = params![i64::from(p.limit), p.retry_in_ms, p.now.map(ts_to_ms)];
+    let now = p.now.map(ts_to_ms);
+    let args = params![i64::from(p.limit), p.retry_in_ms, now, p.max_attempts];
     let jobs = sorted(rows(c, sql, args, row::job)?);
     for job in &jobs {
         let error = job.last_error.as_deref();

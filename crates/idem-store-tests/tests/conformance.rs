@@ -66,6 +66,7 @@ idem_store_tests::store_cases!(
     fail_refuses_a_claim_not_current,
     // job_rescue
     rescue_moves_expired_leases_back,
+    rescue_applies_a_cap_on_attempts,
     rescue_waits_until_the_lease_has_expired,
     rescue_respects_the_limit,
     rescue_fences_out_the_old_claim,

@@ -376,6 +376,9 @@ pub struct JobRescue {
     pub limit: u32,
     /// Delay before a rescued job may be claimed again, in milliseconds.
     pub retry_in_ms: i64,
+    /// A cap on attempts over each job's own `max_attempts` (the rescuing worker's), so a
+    /// job enqueued with more attempts than the workers allow is dead at the cap.
+    pub max_attempts: Option<i32>,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
 }

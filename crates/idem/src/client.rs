@@ -192,9 +192,15 @@ impl Idem {
     /// Moves running jobs whose lease expired back to `retryable` (or `dead` when out of
     /// attempts); workers do this on their own every few seconds.
     pub async fn rescue(&self) -> Result<Vec<JobRow>, IdemError> {
+        self.rescue_capped(None).await
+    }
+
+    /// [`Idem::rescue`] with a worker's cap on attempts (its `max_attempts`).
+    pub(crate) async fn rescue_capped(&self, cap: Option<i32>) -> Result<Vec<JobRow>, IdemError> {
         let params = JobRescue {
             limit: RESCUE_BATCH,
             retry_in_ms: 0,
+            max_attempts: cap,
             now: self.clock.now(),
         };
         let rows = self.store.job_rescue(params).await?;

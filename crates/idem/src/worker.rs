@@ -836,7 +836,11 @@ async fn purge_loop(shared: Arc<Shared>, every: Duration, mut stop: watch::Recei
 
 async fn rescue_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     loop {
-        match shared.idem.rescue().await {
+        match shared
+            .idem
+            .rescue_capped(Some(shared.config.max_attempts))
+            .await
+        {
             Ok(rows) if !rows.is_empty() => {
                 tracing::info!(worker = %shared.name, rescued = rows.len(), "rescued expired leases");
                 Stats::add(&shared.stats.rescued, rows.len() as u64);

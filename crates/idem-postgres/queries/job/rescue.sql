@@ -1,5 +1,6 @@
 -- Moves up to $1 running jobs whose lease expired before now ($3 timestamptz, NULL =
--- database clock) to retryable at now + $2 ms, or to dead when no attempts are left.
+-- database clock) to retryable at now + $2 ms, or to dead when no attempts are left (the
+-- job's max_attempts, or the cap $4 when lower; NULL = no cap).
 -- PostgreSQL dialect: the candidates are locked with FOR UPDATE SKIP LOCKED, so a job whose
 -- row an in-flight effect transaction holds (job/lock.sql) is skipped, not rescued under it;
 -- the next sweep sees it again if its lease is still expired.
@@ -12,11 +13,11 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE idem_job
-SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retryable' END,
-    run_at = CASE WHEN attempt >= max_attempts THEN run_at
+SET state = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts)) THEN 'dead' ELSE 'retryable' END,
+    run_at = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts)) THEN run_at
                   ELSE coalesce($3::timestamptz, now()) + $2::bigint * interval '1 millisecond'
              END,
-    finalized_at = CASE WHEN attempt >= max_attempts
+    finalized_at = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts))
                         THEN coalesce($3::timestamptz, now()) END,
     last_error = 'lease expired: the worker holding fence ' || fence
                  || ' stopped heartbeating (crashed, paused or partitioned)',

@@ -1,10 +1,11 @@
 -- Moves up to ?1 running jobs whose lease expired before now (?3 ms, NULL = database clock)
--- to retryable at now + ?2 ms, or to dead when no attempts are left.
+-- to retryable at now + ?2 ms, or to dead when no attempts are left (the job's
+-- max_attempts, or the cap ?4 when lower; NULL = no cap).
 UPDATE idem_job
-SET state = CASE WHEN attempt >= max_attempts THEN 'dead' ELSE 'retryable' END,
-    run_at = CASE WHEN attempt >= max_attempts THEN run_at
+SET state = CASE WHEN attempt >= min(max_attempts, coalesce(?4, max_attempts)) THEN 'dead' ELSE 'retryable' END,
+    run_at = CASE WHEN attempt >= min(max_attempts, coalesce(?4, max_attempts)) THEN run_at
                   ELSE coalesce(?3, CAST(unixepoch('subsec') * 1000 AS INTEGER)) + ?2 END,
-    finalized_at = CASE WHEN attempt >= max_attempts
+    finalized_at = CASE WHEN attempt >= min(max_attempts, coalesce(?4, max_attempts))
                         THEN coalesce(?3, CAST(unixepoch('subsec') * 1000 AS INTEGER)) END,
     last_error = 'lease expired: the worker holding fence ' || fence
                  || ' stopped heartbeating (crashed, paused or partitioned)',

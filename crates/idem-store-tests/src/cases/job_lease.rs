@@ -187,6 +187,7 @@ async fn rescue_beside_a_lock(db: &TestDb, store: Arc<dyn Store>) {
     let params = JobRescue {
         limit: 10,
         retry_in_ms: 0,
+        max_attempts: None,
         now: Some(at(10 * LEASE_MS)),
     };
     let mut rescue = spawn_started(async move { store.job_rescue(params).await }).await;
@@ -275,6 +276,7 @@ pub async fn lock_sees_a_concurrent_rescue(db: &TestDb) {
     let params = JobRescue {
         limit: 10,
         retry_in_ms: 0,
+        max_attempts: None,
         now: Some(at(10 * LEASE_MS)),
     };
     let rescued = rescue.job_rescue(params).await.expect("job_rescue");
@@ -304,6 +306,7 @@ async fn rescue(db: &TestDb, now: idem_store::Timestamp) -> Vec<idem_store::JobR
     let params = JobRescue {
         limit: 100,
         retry_in_ms: 0,
+        max_attempts: None,
         now: Some(now),
     };
     db.store.job_rescue(params).await.expect("job_rescue")

@@ -11,9 +11,20 @@ use crate::fixture::{
 };
 
 async fn rescue(db: &TestDb, limit: u32, retry_in_ms: i64, now: Timestamp) -> Vec<JobRow> {
+    rescue_capped(db, limit, retry_in_ms, None, now).await
+}
+
+async fn rescue_capped(
+    db: &TestDb,
+    limit: u32,
+    retry_in_ms: i64,
+    max_attempts: Option<i32>,
+    now: Timestamp,
+) -> Vec<JobRow> {
     let params = JobRescue {
         limit,
         retry_in_ms,
+        max_attempts,
         now: Some(now),
     };
     let mut rows = db.store.job_rescue(params).await.expect("job_rescue");
@@ -169,4 +180,31 @@ pub async fn rescue_ignores_jobs_not_running(db: &TestDb) {
     assert!(rescue(db, 100, 0, at(86_400_000)).await.is_empty());
     assert_eq!(get(db, jobs[2].id).await.state, JobState::Available);
     assert_eq!(get(db, scheduled.id).await.state, JobState::Scheduled);
+}
+
+/// A cap on attempts makes a job dead at the cap even when its own `max_attempts` is
+/// higher; a job whose own limit is lower keeps it; a job under both is retried.
+pub async fn rescue_applies_a_cap_on_attempts(db: &TestDb) {
+    let many = |queue: &str, n: i32| NewJob {
+        max_attempts: n,
+        ..job_in(queue, "capped")
+    };
+    let over_cap = running_for(db, many("a", 20), 10_000, t0()).await;
+    let own_limit = running_for(db, many("b", 1), 10_000, t0()).await;
+    let rescued = rescue_capped(db, 100, 0, Some(1), at(30_000)).await;
+    assert_eq!(ids(&rescued), vec![over_cap.id, own_limit.id]);
+    assert_eq!(
+        get(db, over_cap.id).await.state,
+        JobState::Dead,
+        "capped at 1"
+    );
+    assert_eq!(get(db, own_limit.id).await.state, JobState::Dead);
+    let under = running_for(db, many("c", 20), 10_000, at(30_000)).await;
+    let rescued = rescue_capped(db, 100, 0, Some(5), at(60_000)).await;
+    assert_eq!(ids(&rescued), vec![under.id]);
+    assert_eq!(
+        get(db, under.id).await.state,
+        JobState::Retryable,
+        "1 attempt of 5"
+    );
 }
