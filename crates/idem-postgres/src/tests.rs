@@ -144,7 +144,70 @@ async fn smoke_lifecycle() {
     cancel_paths(&store, t0).await;
     caller_sql(&store).await;
     search_path_from_url(&url, &schema).await;
+    claims_walk_the_claim_index(&store).await;
     drop_schema(&store, &schema).await;
+}
+
+/// With no statistics about a large backlog waiting (a table that filled faster than
+/// autoanalyze), a
+/// claim still walks the claim index in order and stops at its limit: no bitmap scan, no
+/// sort of the backlog (see [`CLAIM_PLANNER`]). Checked on the claim pool's own
+/// connections, with the claim statement as the store sends it.
+async fn claims_walk_the_claim_index(store: &PgStore) {
+    // As in a table that filled faster than autoanalyze: no statistics at all.
+    sqlx::query("ALTER TABLE idem_job SET (autovacuum_enabled = false)")
+        .execute(&store.pool)
+        .await
+        .unwrap();
+    let backlog: Vec<NewJob> = (0..20_000).map(|_| new_job("backlog")).collect();
+    store
+        .job_insert(JobInsert {
+            jobs: backlog,
+            ..JobInsert::default()
+        })
+        .await
+        .unwrap();
+    // Half the backlog drained, as in the middle of a run: claimed and completed rows
+    // leave new versions and index entries behind.
+    for _ in 0..20 {
+        let claimed = store
+            .job_claim(claim("backlog", 500, Utc::now()))
+            .await
+            .unwrap();
+        let leases = claimed.iter().map(|j| j.lease_token()).collect();
+        let done = store
+            .job_complete_many(idem_store::JobCompleteMany { leases, now: None })
+            .await
+            .unwrap();
+        assert_eq!(done.len(), 500);
+    }
+    let explain = concat!("EXPLAIN ", include_str!("../queries/job/claim.sql"));
+    let plan: Vec<String> = sqlx::query_scalar(explain)
+        .bind("backlog")
+        .bind(500_i64)
+        .bind("w")
+        .bind(30_000_i64)
+        .bind(None::<Timestamp>)
+        .fetch_all(&store.claims)
+        .await
+        .unwrap();
+    let plan = plan.join("\n");
+    assert!(plan.contains("Index Scan using idem_job_claim"), "{plan}");
+    assert!(!plan.contains("Bitmap") && !plan.contains("Sort"), "{plan}");
+    for (name, value) in CLAIM_PLANNER {
+        let shown: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
+            .fetch_one(&store.claims)
+            .await
+            .unwrap();
+        assert_eq!(shown, value, "{name} on the claim connections");
+    }
+    let path = |pool| sqlx::query_scalar::<_, String>("SHOW search_path").fetch_one(pool);
+    let main: String = path(&store.pool).await.unwrap();
+    assert_eq!(
+        path(&store.claims).await.unwrap(),
+        main,
+        "claims use the store's schema"
+    );
 }
 
 async fn lifecycle(store: &PgStore, t0: Timestamp) {
