@@ -63,6 +63,16 @@ impl Writer {
         self.send(f)?.wait().await
     }
 
+    /// `Unavailable` once the store is closed or the thread has stopped; checked where a
+    /// transaction starts without a hop (its `BEGIN` travels with its first operation).
+    pub(crate) fn ensure_open(&self) -> StoreResult<()> {
+        match (&self.tasks, &self.thread) {
+            (Some(_), Some(t)) if !t.is_finished() => Ok(()),
+            (Some(_), _) => Err(stopped()),
+            (None, _) => Err(closed()),
+        }
+    }
+
     /// Sends `f` and forgets it (a rollback from `Drop`). Nothing happens once closed.
     pub(crate) fn detach(&self, f: impl FnOnce(&Connection) + Send + 'static) {
         if let Some(tasks) = &self.tasks {
