@@ -89,6 +89,7 @@ fn new_job(queue: &str) -> NewJob {
         run_at: None,
         max_attempts: 3,
         enqueue_key: None,
+        claim: None,
     }
 }
 

@@ -46,6 +46,7 @@ pub fn job(kind: &str) -> NewJob {
         run_at: None,
         max_attempts: MAX_ATTEMPTS,
         enqueue_key: None,
+        claim: None,
     }
 }
 

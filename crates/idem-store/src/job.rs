@@ -153,10 +153,26 @@ pub struct NewJob {
     /// that job instead, marked deduplicated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue_key: Option<String>,
+    /// Insert the job already claimed by `worker` (running, attempt 1, fence 1, leased
+    /// for `lease_ms` from now): a worker in the producer's process with a free slot
+    /// takes the job in the enqueue's own transaction. Only for a job due now
+    /// (`run_at: None`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<InsertClaim>,
+}
+
+/// The claim a job is inserted with (see [`NewJob::claim`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InsertClaim {
+    /// The claiming worker (`lease_owner`).
+    pub worker: String,
+    /// Lease length in milliseconds, from the insert's `now`.
+    pub lease_ms: i64,
 }
 
 impl JobInsert {
-    /// The batch as one JSON array of `{kind, queue, args, priority, run_at, max_attempts}`,
+    /// The batch as one JSON array of `{kind, queue, args, priority, run_at, max_attempts}`
+    /// (plus `claim_worker` and `lease_ms` for a job inserted claimed),
     /// the form in which both stores pass a batch to a single statement. `run_at` is
     /// written by the store's own `run_at` encoder (its dialect's time format).
     pub fn to_json<T: Serialize>(&self, run_at: impl Fn(Timestamp) -> T) -> String {
@@ -168,6 +184,10 @@ impl JobInsert {
             priority: i16,
             run_at: Option<T>,
             max_attempts: i32,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            claim_worker: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            lease_ms: Option<i64>,
         }
         let items: Vec<Item<'_, T>> = self
             .jobs
@@ -179,6 +199,8 @@ impl JobInsert {
                 priority: j.priority,
                 run_at: j.run_at.map(&run_at),
                 max_attempts: j.max_attempts,
+                claim_worker: j.claim.as_ref().map(|c| c.worker.as_str()),
+                lease_ms: j.claim.as_ref().map(|c| c.lease_ms),
             })
             .collect();
         serde_json::to_string(&items).expect("a job batch always encodes as JSON")
@@ -201,24 +223,31 @@ impl JobInsert {
             .jobs
             .into_iter()
             .zip(inserted)
-            .map(|(j, i)| JobRow {
-                id: i.id,
-                kind: j.kind,
-                queue: j.queue,
-                args: j.args,
-                priority: j.priority,
-                state: i.state,
-                attempt: 0,
-                max_attempts: j.max_attempts,
-                run_at: i.run_at,
-                fence: 0,
-                lease_owner: None,
-                lease_expires_at: None,
-                batch_id: None,
-                created_at: i.created_at,
-                attempted_at: None,
-                finalized_at: None,
-                last_error: None,
+            .map(|(j, i)| {
+                let claimed = j.claim.map(|c| {
+                    let expires = i.created_at + chrono::Duration::milliseconds(c.lease_ms);
+                    (c.worker, expires)
+                });
+                let started = i32::from(claimed.is_some());
+                JobRow {
+                    id: i.id,
+                    kind: j.kind,
+                    queue: j.queue,
+                    args: j.args,
+                    priority: j.priority,
+                    state: i.state,
+                    attempt: started,
+                    max_attempts: j.max_attempts,
+                    run_at: i.run_at,
+                    fence: i64::from(started),
+                    attempted_at: claimed.as_ref().map(|_| i.created_at),
+                    lease_expires_at: claimed.as_ref().map(|c| c.1),
+                    lease_owner: claimed.map(|c| c.0),
+                    batch_id: None,
+                    created_at: i.created_at,
+                    finalized_at: None,
+                    last_error: None,
+                }
             })
             .collect())
     }
@@ -229,7 +258,7 @@ impl JobInsert {
 pub struct Inserted {
     /// The new id (ids follow the batch's order).
     pub id: i64,
-    /// `available` or `scheduled`.
+    /// `available`, `scheduled`, or `running` for a job inserted claimed.
     pub state: JobState,
     /// The run time (now when none was given).
     pub run_at: Timestamp,

@@ -30,9 +30,9 @@ pub use counter::{CounterAssigned, CounterNext};
 pub use effect::{EffectClaim, EffectClaimed, EffectRecord};
 pub use error::{StoreError, StoreResult};
 pub use job::{
-    AttemptOutcome, AttemptRow, EnqueueKeyTake, Enqueued, Inserted, JobCancel, JobClaim,
-    JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue,
-    JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
+    AttemptOutcome, AttemptRow, EnqueueKeyTake, Enqueued, InsertClaim, Inserted, JobCancel,
+    JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock,
+    JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
 pub use maintenance::{JobDiscard, JobRetry, Purge, PurgeTarget};

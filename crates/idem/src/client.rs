@@ -17,6 +17,7 @@ use crate::clock::{Clock, DatabaseClock};
 use crate::config::Retention;
 use crate::error::IdemError;
 use crate::job::Job;
+use crate::local::LocalQueues;
 use crate::metrics::{Metrics, MetricsSnapshot};
 use crate::wake::Waker;
 use crate::worker::{Worker, WorkerConfig};
@@ -50,6 +51,7 @@ pub struct Idem {
     pub(crate) waker: Waker,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) retention: Retention,
+    pub(crate) local: Arc<LocalQueues>,
 }
 
 impl std::fmt::Debug for Idem {
@@ -77,6 +79,7 @@ impl Idem {
             waker: Waker::default(),
             metrics: Arc::new(Metrics::default()),
             retention: Retention::default(),
+            local: Arc::new(LocalQueues::default()),
         }
     }
 
@@ -115,10 +118,21 @@ impl Idem {
 
     /// Enqueues many jobs in one statement (two when some carry enqueue keys); all or
     /// none are written. Results follow the input order.
+    ///
+    /// A job due now whose queue a worker of this client serves in this process, idle
+    /// with a free slot, is inserted already claimed by that worker and starts as soon as
+    /// the insert commits ([`WorkerConfig::local_dispatch`]).
     pub async fn enqueue_many(&self, jobs: Vec<Job>) -> Result<Vec<Enqueued>, IdemError> {
-        let params = self.insert_params(jobs)?;
+        let mut params = self.insert_params(jobs)?;
+        let reserved = self.local.reserve(&mut params.jobs);
         let rows = self.store.job_insert(params).await?;
-        self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
+        let started = self.local.start(&rows, reserved);
+        // Nothing new waits for a job that started here or an enqueue that deduplicated.
+        let waiting = rows
+            .iter()
+            .zip(started)
+            .filter(|(r, started)| !started && !r.deduplicated);
+        self.jobs_waiting(waiting.map(|(r, _)| r.queue.as_str()));
         Ok(rows)
     }
 

@@ -89,6 +89,7 @@ impl Job {
         }
         Ok(NewJob {
             enqueue_key: self.enqueue_key,
+            claim: None,
             kind: self.kind,
             queue: self.queue,
             args: self.args,

@@ -50,6 +50,7 @@ mod effect;
 mod error;
 mod handler;
 mod job;
+mod local;
 mod maintenance;
 mod metrics;
 pub mod retry;

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,6 +29,7 @@ use crate::context::{JobContext, LeaseSignal};
 use crate::error::{IdemError, JobError, JobErrorKind};
 use crate::handler::{EffectClass, ErasedHandler, Handler, Registered};
 use crate::job::{DEFAULT_QUEUE, check_name};
+use crate::local::QueueSlots;
 use crate::retry::{DEFAULT_MAX_ATTEMPTS, RetryLadder};
 
 /// Default lease: 30 s.
@@ -84,6 +85,10 @@ pub struct WorkerConfig {
     /// Time between purges of records past their retention; `None` = this worker does
     /// not purge (run `idem purge` or another worker's purger).
     pub purge_interval: Option<Duration>,
+    /// Let enqueues made through this worker's client in this process hand it jobs due
+    /// now while it is idle with a free slot, claimed in the enqueue's own transaction
+    /// (one commit fewer between enqueue and handler).
+    pub local_dispatch: bool,
 }
 
 impl Default for WorkerConfig {
@@ -103,6 +108,7 @@ impl Default for WorkerConfig {
             kind_ladders: BTreeMap::new(),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             purge_interval: Some(DEFAULT_PURGE_INTERVAL),
+            local_dispatch: true,
         }
     }
 }
@@ -212,6 +218,9 @@ pub struct WorkerReport {
     pub claimed: u64,
     /// Jobs completed by this worker.
     pub completed: u64,
+    /// Jobs a local enqueue handed this worker in its own transaction (counted in
+    /// `claimed` too).
+    pub dispatched_locally: u64,
     /// Failed attempts that will run again.
     pub retried: u64,
     /// Attempts that snoozed (run later without spending an attempt).
@@ -231,6 +240,7 @@ pub struct WorkerReport {
 #[derive(Default)]
 struct Stats {
     claimed: AtomicU64,
+    dispatched_locally: AtomicU64,
     completed: AtomicU64,
     retried: AtomicU64,
     snoozed: AtomicU64,
@@ -250,6 +260,7 @@ impl Stats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         WorkerReport {
             claimed: get(&self.claimed),
+            dispatched_locally: get(&self.dispatched_locally),
             completed: get(&self.completed),
             retried: get(&self.retried),
             snoozed: get(&self.snoozed),
@@ -328,7 +339,9 @@ impl Worker {
             completer,
             abort: watch::channel(false).0,
             listening: watch::channel(false).0,
+            first_claims: watch::channel(0).0,
             idem: self.idem,
+            accepting: AtomicBool::new(true),
             config: self.config,
             name: self.name,
             handlers: self.handlers,
@@ -339,8 +352,10 @@ impl Worker {
         });
         let mut tasks = Vec::new();
         for (queue, concurrency) in &shared.config.queues {
-            let (s, q, rx) = (shared.clone(), queue.clone(), claims_rx.clone());
-            tasks.push(tokio::spawn(claim_loop(s, q, *concurrency, rx)));
+            let slots = QueueSlots::new(queue.clone(), *concurrency, &shared);
+            shared.idem.local.register(&slots);
+            let (s, rx) = (shared.clone(), claims_rx.clone());
+            tasks.push(tokio::spawn(claim_loop(s, slots, *concurrency, rx)));
         }
         tasks.push(tokio::spawn(listen_loop(shared.clone(), claims_rx.clone())));
         if let Some(every) = shared.config.purge_interval {
@@ -395,9 +410,13 @@ impl WorkerHandle {
         &self.shared.name
     }
 
-    /// Resolves once the worker hears announcements of new jobs from other processes
-    /// (at once on a store without a channel, where workers poll).
+    /// Resolves once every queue has had its first claim answered and the worker hears
+    /// announcements of new jobs from other processes (on a store with a channel; where
+    /// there is none, workers poll).
     pub async fn ready(&self) {
+        let queues = self.shared.config.queues.len();
+        let mut claimed = self.shared.first_claims.subscribe();
+        let _ = claimed.wait_for(|n| *n >= queues).await;
         if self.shared.idem.store.has_channel() {
             let mut listening = self.shared.listening.subscribe();
             let _ = listening.wait_for(|l| *l).await;
@@ -408,6 +427,7 @@ impl WorkerHandle {
     /// stops the rest (their attempts fail and they run again later) and returns the
     /// final report.
     pub async fn shutdown(self) -> WorkerReport {
+        self.shared.accepting.store(false, Ordering::Release);
         let _ = self.stop_claims.send(true);
         for t in self.claim_tasks {
             let _ = t.await;
@@ -429,13 +449,17 @@ impl WorkerHandle {
     }
 }
 
-struct Shared {
+pub(crate) struct Shared {
     idem: Idem,
+    /// False once shutdown starts: local enqueues no longer hand jobs to this worker.
+    accepting: AtomicBool,
     completer: Completer,
     /// Turns true when running jobs must stop (shutdown past its deadline).
     abort: watch::Sender<bool>,
     /// True while the worker listens for announcements from other processes.
     listening: watch::Sender<bool>,
+    /// How many queues' claim loops have had their first claim answered.
+    first_claims: watch::Sender<usize>,
     config: WorkerConfig,
     name: String,
     handlers: HashMap<String, Arc<dyn ErasedHandler>>,
@@ -470,33 +494,70 @@ impl Shared {
             .collect()
     }
 
-    fn lease_ms(&self) -> i64 {
+    pub(crate) fn lease_ms(&self) -> i64 {
         i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether a local enqueue may hand this worker a job of `kind` now.
+    pub(crate) fn accepts(&self, kind: &str) -> bool {
+        self.config.local_dispatch
+            && self.accepting.load(Ordering::Acquire)
+            && self.handlers.contains_key(kind)
+    }
+
+    /// A job holds a slot from now (claimed, or reserved for a local enqueue).
+    pub(crate) fn job_started(&self) {
+        self.running.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A job gave its slot back.
+    pub(crate) fn job_ended(&self) {
+        self.running.fetch_sub(1, Ordering::AcqRel);
+        self.idle.notify_waiters();
+    }
+
+    /// Runs a job a local enqueue inserted claimed by this worker, in the slot it
+    /// reserved.
+    pub(crate) fn start_dispatched(self: Arc<Self>, job: JobRow, permit: OwnedSemaphorePermit) {
+        Stats::add(&self.stats.claimed, 1);
+        Stats::add(&self.stats.dispatched_locally, 1);
+        tokio::spawn(run_job(self, job, permit));
     }
 }
 
 async fn claim_loop(
     shared: Arc<Shared>,
-    queue: String,
+    local: Arc<QueueSlots>,
     concurrency: usize,
     mut stop: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(concurrency));
+    let (queue, slots) = (&local.queue, &local.slots);
     let batch = shared.config.claim_batch.min(concurrency);
     // After a claim that took all it asked for, the queue probably has more: wait for a
     // quarter of a batch of free slots before claiming again, so that a saturated worker
     // claims in batches rather than one job per completion.
     let refill = (batch / 4).max(1);
     let mut need = 1;
+    let mut first = true;
     while !*stop.borrow() {
-        let Some(permits) = take_slots(&slots, need, batch, &mut stop).await else {
+        let Some(permits) = take_slots(slots, need, batch, &mut stop).await else {
             break;
         };
         let wake = shared.idem.waker.local().notified();
         tokio::pin!(wake);
         wake.as_mut().enable();
         let wanted = permits.len();
-        let got = claim(&shared, &queue, permits).await;
+        // Until this claim answers, jobs may wait that a local enqueue must not overtake.
+        local.idle.store(false, Ordering::Release);
+        let got = claim(&shared, queue, permits).await;
+        local.idle.store(got < wanted, Ordering::Release);
+        if std::mem::take(&mut first) {
+            shared.first_claims.send_modify(|n| *n += 1);
+        }
         if got == wanted {
             need = refill;
             continue;
@@ -559,7 +620,7 @@ async fn claim(shared: &Arc<Shared>, queue: &str, permits: Vec<OwnedSemaphorePer
     Stats::add(&shared.stats.claimed, jobs.len() as u64);
     let got = jobs.len();
     for (job, permit) in jobs.into_iter().zip(permits) {
-        shared.running.fetch_add(1, Ordering::AcqRel);
+        shared.job_started();
         tokio::spawn(run_job(shared.clone(), job, permit));
     }
     got
@@ -574,8 +635,7 @@ async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaphorePermit) 
         .lock()
         .expect("held lock poisoned")
         .remove(&job.id);
-    shared.running.fetch_sub(1, Ordering::AcqRel);
-    shared.idle.notify_waiters();
+    shared.job_ended();
 }
 
 /// Runs the handler in its own task under the job timeout. `Ok(true)`: the handler

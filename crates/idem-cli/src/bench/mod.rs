@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// Finished jobs to put in history before the scenarios run
     #[arg(long, default_value_t = 0)]
     pub history: u64,
+    /// Latency scenario: leave every job to a claim instead of letting the idle worker in
+    /// the producer's process take it in the enqueue's transaction
+    #[arg(long)]
+    pub no_local_dispatch: bool,
     /// Print JSON instead of tables
     #[arg(long)]
     pub json: bool,

@@ -61,13 +61,14 @@ pub fn print(
     println!("idem bench on {database}");
     println!(
         "settings: jobs {}, concurrency {}, claim batch {}, bulk batch {}, SQLite synchronous {}, \
-         history {}, {} CPUs{}",
+         history {}, local dispatch {}, {} CPUs{}",
         args.jobs,
         args.concurrency,
         args.claim_batch,
         args.bulk_batch,
         args.synchronous,
         args.history,
+        if args.no_local_dispatch { "off" } else { "on" },
         machine.cpus,
         if args.smoke {
             " (SMOKE: sizes too small to mean anything)"

@@ -1,18 +1,27 @@
 -- Inserts many jobs in one statement. Returns only the columns the database chose (id,
 -- state, run_at, created_at): the store rebuilds each row from the job it was given.
--- ?1: JSON array of {kind, queue, args, priority, run_at (ms or null), max_attempts};
--- ?2: now in ms, or NULL for the database clock.
+-- ?1: JSON array of {kind, queue, args, priority, run_at (ms or null), max_attempts, and
+-- for a job inserted claimed claim_worker and lease_ms}; ?2: now in ms, or NULL for the
+-- database clock. A claimed job is running from now: attempt 1, fence 1, leased to
+-- claim_worker until now + lease_ms.
 -- SQLite dialect: the batch arrives as one JSON text and is unpacked with json_each.
-INSERT INTO idem_job (kind, queue, args, priority, state, max_attempts, run_at, created_at)
+INSERT INTO idem_job (kind, queue, args, priority, state, max_attempts, run_at, created_at,
+                      attempt, fence, lease_owner, attempted_at, lease_expires_at)
 SELECT j.value ->> 'kind',
        j.value ->> 'queue',
        json(j.value -> 'args'),
        j.value ->> 'priority',
-       CASE WHEN coalesce(j.value ->> 'run_at', t.now) > t.now THEN 'scheduled'
+       CASE WHEN j.value ->> 'claim_worker' IS NOT NULL THEN 'running'
+            WHEN coalesce(j.value ->> 'run_at', t.now) > t.now THEN 'scheduled'
             ELSE 'available' END,
        j.value ->> 'max_attempts',
        coalesce(j.value ->> 'run_at', t.now),
-       t.now
+       t.now,
+       CASE WHEN j.value ->> 'claim_worker' IS NULL THEN 0 ELSE 1 END,
+       CASE WHEN j.value ->> 'claim_worker' IS NULL THEN 0 ELSE 1 END,
+       j.value ->> 'claim_worker',
+       CASE WHEN j.value ->> 'claim_worker' IS NOT NULL THEN t.now END,
+       t.now + (j.value ->> 'lease_ms')
 FROM json_each(?1) AS j,
      (SELECT coalesce(?2, CAST(unixepoch('subsec') * 1000 AS INTEGER)) AS now) AS t
 ORDER BY j.key
