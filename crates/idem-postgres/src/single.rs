@@ -4,7 +4,6 @@
 //! round trip instead of three (`BEGIN`, the statement, `COMMIT`). These are the hot
 //! path's statements.
 
-use chrono::SecondsFormat;
 use idem_store::{
     JobClaim, JobCompleteMany, JobHeartbeat, JobInsert, JobRow, LeaseRenewal, StoreError,
     StoreResult,
@@ -14,12 +13,6 @@ use sqlx::{Executor, Postgres};
 
 use crate::error::interpret_error;
 use crate::row;
-
-/// `run_at` as the JSON for `jsonb_to_recordset`: microseconds, truncated, exactly as sqlx
-/// binds a timestamp, so a time round-trips the same whichever way it reaches the database.
-fn run_at_json(t: idem_store::Timestamp) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Micros, true)
-}
 
 fn sorted_jobs(rows: Vec<PgRow>) -> StoreResult<Vec<JobRow>> {
     let mut jobs = rows.iter().map(row::job).collect::<StoreResult<Vec<_>>>()?;
@@ -39,8 +32,27 @@ where
     if p.jobs.is_empty() {
         return Ok(Vec::new());
     }
+    // One array per column, bound in the binary protocol: cheaper for the server than
+    // unpacking one JSON document (bulk enqueue, 200,000 jobs, three runs each: 79k-102k
+    // jobs/s against 74k-100k).
+    let jobs = &p.jobs;
     let rows = sqlx::query(include_str!("../queries/job/insert.sql"))
-        .bind(p.to_json(run_at_json))
+        .bind(jobs.iter().map(|j| j.kind.as_str()).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|j| j.queue.as_str()).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|j| &j.args).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|j| j.priority).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|j| j.run_at).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|j| j.max_attempts).collect::<Vec<_>>())
+        .bind(
+            jobs.iter()
+                .map(|j| j.claim.as_ref().map(|c| c.worker.as_str()))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            jobs.iter()
+                .map(|j| j.claim.as_ref().map(|c| c.lease_ms))
+                .collect::<Vec<_>>(),
+        )
         .bind(p.now)
         .fetch_all(ex)
         .await

@@ -172,9 +172,10 @@ pub struct InsertClaim {
 
 impl JobInsert {
     /// The batch as one JSON array of `{kind, queue, args, priority, run_at, max_attempts}`
-    /// (plus `claim_worker` and `lease_ms` for a job inserted claimed),
-    /// the form in which both stores pass a batch to a single statement. `run_at` is
-    /// written by the store's own `run_at` encoder (its dialect's time format).
+    /// (plus `claim_worker` and `lease_ms` for a job inserted claimed): the form in which
+    /// the SQLite store passes a batch to its single statement (PostgreSQL binds one array
+    /// per column instead). `run_at` is written by the store's own `run_at` encoder (its
+    /// dialect's time format).
     pub fn to_json<T: Serialize>(&self, run_at: impl Fn(Timestamp) -> T) -> String {
         #[derive(Serialize)]
         struct Item<'a, T> {

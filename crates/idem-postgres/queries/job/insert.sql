@@ -1,19 +1,18 @@
 -- Inserts many jobs in one statement. Returns only the columns the database chose (id,
 -- state, run_at, created_at): the store rebuilds each row from the job it was given.
--- $1: JSON array of {kind, queue, args, priority, run_at (RFC 3339 or null), max_attempts,
--- and for a job inserted claimed claim_worker and lease_ms}; $2: now as timestamptz, or
--- NULL for the database clock. A claimed job is running from now: attempt 1, fence 1,
--- leased to claim_worker until now + lease_ms.
--- PostgreSQL dialect: the batch arrives as one jsonb value, unpacked with
--- jsonb_to_recordset WITH ORDINALITY (which needs the ROWS FROM form to carry a column
--- list) and inserted in ordinality order, so identity ids follow the input order.
--- jsonb_to_recordset turns a JSON null into SQL NULL, so `args: null` is put back as the
--- jsonb 'null' that SQLite stores.
+-- $1..$8: one array per column, element i for job i: kind text[], queue text[], args
+-- jsonb[], priority int2[], run_at timestamptz[] (NULL = now), max_attempts int4[], and
+-- for a job inserted claimed claim_worker text[] and lease_ms int8[] (NULL otherwise);
+-- $9: now as timestamptz, or NULL for the database clock. A claimed job is running from
+-- now: attempt 1, fence 1, leased to claim_worker until now + lease_ms.
+-- PostgreSQL dialect: the batch arrives as arrays in the binary protocol (SQLite: one
+-- JSON text), unpacked with unnest WITH ORDINALITY and inserted in ordinality order, so
+-- identity ids follow the input order.
 INSERT INTO idem_job (kind, queue, args, priority, state, max_attempts, run_at, created_at,
                       attempt, fence, lease_owner, attempted_at, lease_expires_at)
 SELECT j.kind,
        j.queue,
-       coalesce(j.args, 'null'::jsonb),
+       j.args,
        j.priority,
        CASE WHEN j.claim_worker IS NOT NULL THEN 'running'
             WHEN coalesce(j.run_at, t.now) > t.now THEN 'scheduled'
@@ -26,12 +25,10 @@ SELECT j.kind,
        j.claim_worker,
        CASE WHEN j.claim_worker IS NOT NULL THEN t.now END,
        t.now + j.lease_ms * interval '1 millisecond'
-FROM ROWS FROM (
-         jsonb_to_recordset($1::jsonb) AS (kind text, queue text, args jsonb,
-             priority smallint, run_at timestamptz, max_attempts integer,
-             claim_worker text, lease_ms bigint)
-     ) WITH ORDINALITY AS j(kind, queue, args, priority, run_at, max_attempts, claim_worker,
-                            lease_ms, ord),
-     (SELECT coalesce($2::timestamptz, now()) AS now) AS t
+FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int2[], $5::timestamptz[],
+            $6::int4[], $7::text[], $8::int8[])
+         WITH ORDINALITY AS j(kind, queue, args, priority, run_at, max_attempts,
+                              claim_worker, lease_ms, ord),
+     (SELECT coalesce($9::timestamptz, now()) AS now) AS t
 ORDER BY j.ord
 RETURNING id, state, run_at, created_at
