@@ -1,9 +1,10 @@
 //! The batch completer: jobs whose handlers returned `Ok` without completing inside
 //! their own effect transaction are completed many at a time, one statement per batch.
 //!
-//! Batching is natural, not timed: the completer takes everything that is waiting when it
-//! becomes free, so an idle worker completes each job at once and a busy one completes
-//! hundreds per round trip. Each job's fence is still checked on its own, in the
+//! Batching is natural, not timed: with nothing in flight the completer sends whatever is
+//! waiting at once, so an idle worker completes each job without delay; while flushes
+//! are on their way, a small batch waits for one of them to finish and gathers what
+//! arrives meanwhile, so a busy worker completes hundreds per statement. Each job's fence is still checked on its own, in the
 //! statement's `WHERE` clause; a claim that is no longer current is answered as lost.
 //! A job's slot stays held until its answer arrives, so the worker never holds more
 //! leases than its concurrency.
@@ -12,17 +13,21 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use idem_store::{JobCompleteMany, LeaseToken, Store, StoreResult};
-use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::sync::{Notify, Semaphore, mpsc, oneshot, watch};
 
 use crate::clock::Clock;
 
 /// Most jobs completed by one statement.
 pub const COMPLETE_BATCH: usize = 1000;
 
+/// A batch this large goes out even while other flushes are in flight; a smaller one
+/// waits for one of them to finish, gathering more meanwhile.
+pub const EAGER_BATCH: usize = 250;
+
 /// Completion statements in flight at once. While one batch waits for its commit to be
 /// flushed, the next can already be on its way, so a store whose commits wait for the
 /// disk can flush several together (PostgreSQL's group commit).
-pub const FLUSHES_IN_FLIGHT: usize = 4;
+pub const FLUSHES_IN_FLIGHT: usize = 2;
 
 /// One job waiting to be completed, with where to send the answer: `true` completed,
 /// `false` its claim was no longer current.
@@ -69,12 +74,9 @@ async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let in_flight = Arc::new(Semaphore::new(FLUSHES_IN_FLIGHT));
-    loop {
-        let slot = in_flight
-            .clone()
-            .acquire_owned()
-            .await
-            .expect("never closed");
+    let finished = Arc::new(Notify::new());
+    let mut open = true;
+    while open {
         let first = tokio::select! {
             biased;
             item = rx.recv() => match item {
@@ -84,20 +86,53 @@ async fn run(
             _ = stop.changed() => break,
         };
         let mut batch = vec![first];
-        while batch.len() < COMPLETE_BATCH {
-            match rx.try_recv() {
-                Ok(item) => batch.push(item),
-                Err(_) => break,
+        take_waiting(&mut rx, &mut batch);
+        // While other flushes are on their way, a small batch waits for one of them to
+        // finish and gathers what arrives meanwhile: fewer, larger statements when busy,
+        // and still at once when nothing is in flight.
+        while batch.len() < EAGER_BATCH {
+            let done = finished.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if in_flight.available_permits() == FLUSHES_IN_FLIGHT {
+                break;
+            }
+            tokio::select! {
+                _ = done => {}
+                item = rx.recv() => match item {
+                    Some(item) => batch.push(item),
+                    None => open = false,
+                },
+            }
+            take_waiting(&mut rx, &mut batch);
+            if !open {
+                break;
             }
         }
-        let (store, clock) = (store.clone(), clock.clone());
+        let slot = in_flight
+            .clone()
+            .acquire_owned()
+            .await
+            .expect("never closed");
+        let (store, clock, finished) = (store.clone(), clock.clone(), finished.clone());
         tokio::spawn(async move {
             flush(store.as_ref(), clock.as_ref(), batch).await;
             drop(slot);
+            finished.notify_waiters();
         });
     }
     // Let the flushes still in flight finish before the worker reports.
     let _ = in_flight.acquire_many(FLUSHES_IN_FLIGHT as u32).await;
+}
+
+/// Moves what is waiting into `batch`, up to [`COMPLETE_BATCH`].
+fn take_waiting(rx: &mut mpsc::UnboundedReceiver<Pending>, batch: &mut Vec<Pending>) {
+    while batch.len() < COMPLETE_BATCH {
+        match rx.try_recv() {
+            Ok(item) => batch.push(item),
+            Err(_) => break,
+        }
+    }
 }
 
 async fn flush(store: &dyn Store, clock: &dyn Clock, batch: Vec<Pending>) {
