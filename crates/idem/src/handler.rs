@@ -10,6 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use crate::context::JobContext;
@@ -95,11 +96,9 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// A registered handler with its types erased.
 pub(crate) trait ErasedHandler: Send + Sync {
     fn effect(&self) -> EffectClass;
-    fn call(
-        self: Arc<Self>,
-        cx: JobContext,
-        args: serde_json::Value,
-    ) -> BoxFuture<(JobContext, Result<(), JobError>)>;
+    /// Decodes the job's args (read in place from the context's row, not copied) and
+    /// runs the handler.
+    fn call(self: Arc<Self>, cx: JobContext) -> BoxFuture<(JobContext, Result<(), JobError>)>;
 }
 
 pub(crate) struct Registered<H>(pub(crate) H);
@@ -109,13 +108,9 @@ impl<H: Handler> ErasedHandler for Registered<H> {
         H::EFFECT
     }
 
-    fn call(
-        self: Arc<Self>,
-        mut cx: JobContext,
-        args: serde_json::Value,
-    ) -> BoxFuture<(JobContext, Result<(), JobError>)> {
+    fn call(self: Arc<Self>, mut cx: JobContext) -> BoxFuture<(JobContext, Result<(), JobError>)> {
         Box::pin(async move {
-            let args: H::Args = match serde_json::from_value(args) {
+            let args: H::Args = match H::Args::deserialize(&cx.job().args) {
                 Ok(a) => a,
                 Err(e) => {
                     let msg = format!("args of job kind {:?} do not decode: {e}", H::KIND);

@@ -658,7 +658,7 @@ async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
     // The handler runs in this task: a panic is caught here, and the timeout and a
     // shutdown past its deadline stop it by dropping its future (which rolls back an
     // open effect transaction).
-    let run = AssertUnwindSafe(handler.call(cx, job.args.clone())).catch_unwind();
+    let run = AssertUnwindSafe(handler.call(cx)).catch_unwind();
     let timeout = shared.config.job_timeout;
     let mut abort = shared.abort.subscribe();
     tokio::select! {
