@@ -126,6 +126,11 @@ pub async fn attempts(db: &TestDb, id: i64) -> Vec<AttemptRow> {
     db.store.job_attempts(id).await.expect("job_attempts")
 }
 
+/// How each finished attempt of a job ended, oldest first.
+pub async fn outcomes(db: &TestDb, id: i64) -> Vec<idem_store::AttemptOutcome> {
+    attempts(db, id).await.iter().map(|a| a.outcome).collect()
+}
+
 /// Completes a claim at `now`.
 pub async fn complete(db: &TestDb, lease: LeaseToken, now: Timestamp) -> StoreResult<JobRow> {
     let params = JobComplete {

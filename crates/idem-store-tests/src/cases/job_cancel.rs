@@ -7,7 +7,7 @@ use idem_store::{AttemptOutcome, JobCancel, JobRow, JobState, NewJob, StoreError
 use crate::TestDb;
 use crate::fixture::{
     assert_lease_lost, assert_waits_for, at, attempts, cancel, claim, claim_params, complete, fail,
-    get, heartbeat, insert_one, job, job_in, running, spawn_started, t0,
+    get, heartbeat, insert_one, job, job_in, outcomes, running, spawn_started, t0,
 };
 use crate::harness::within;
 
@@ -45,11 +45,7 @@ pub async fn cancel_stops_unfinished_jobs(db: &TestDb) {
     }
     assert!(attempts(db, scheduled.id).await.is_empty());
     assert!(attempts(db, available.id).await.is_empty());
-    let retried: Vec<_> = attempts(db, retryable.id)
-        .await
-        .iter()
-        .map(|a| a.outcome)
-        .collect();
+    let retried = outcomes(db, retryable.id).await;
     assert_eq!(
         retried,
         vec![AttemptOutcome::Retryable],

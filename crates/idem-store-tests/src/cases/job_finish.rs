@@ -7,7 +7,7 @@ use idem_store::{AttemptOutcome, AttemptRow, JobRow, JobState, LeaseToken, NewJo
 use crate::TestDb;
 use crate::fixture::{
     assert_lease_lost, at, attempts, cancel, claim, complete, fail, get, insert_one, job, job_in,
-    reclaimed, running, t0,
+    outcomes, reclaimed, running, t0,
 };
 
 /// The attempt row a claim of `job` (claimed at `started`) leaves when it ends.
@@ -98,11 +98,7 @@ pub async fn complete_refuses_after_cancel(db: &TestDb) {
         row.lease_token(),
     );
     assert_eq!(get(db, row.id).await, cancelled);
-    let outcomes: Vec<_> = attempts(db, row.id)
-        .await
-        .iter()
-        .map(|a| a.outcome)
-        .collect();
+    let outcomes = outcomes(db, row.id).await;
     assert_eq!(outcomes, vec![AttemptOutcome::Cancelled]);
 }
 

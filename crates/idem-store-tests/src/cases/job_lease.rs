@@ -19,8 +19,8 @@ use idem_store::{
 };
 
 use crate::fixture::{
-    LEASE_MS, QUEUE, assert_lease_lost, assert_waits_for, at, attempts, claim, complete, fail, get,
-    heartbeat, insert, job, job_in, reclaimed, running, spawn_started, t0,
+    LEASE_MS, QUEUE, assert_lease_lost, assert_waits_for, at, claim, complete, fail, get,
+    heartbeat, insert, job, job_in, outcomes, reclaimed, running, spawn_started, t0,
 };
 use crate::harness::within;
 use crate::{TestDb, open_store};
@@ -219,11 +219,7 @@ async fn rescue_beside_a_lock(db: &TestDb, store: Arc<dyn Store>) {
         "rescued the locked job: {rescued:?}"
     );
     assert_eq!(get(db, row.id).await, done);
-    let outcomes: Vec<_> = attempts(db, row.id)
-        .await
-        .iter()
-        .map(|a| a.outcome)
-        .collect();
+    let outcomes = outcomes(db, row.id).await;
     assert_eq!(outcomes, vec![AttemptOutcome::Completed]);
 }
 
@@ -260,11 +256,7 @@ pub async fn lock_holds_off_a_concurrent_cancel(db: &TestDb) {
         "cancel got {result:?}"
     );
     assert_eq!(get(db, row.id).await, done);
-    let outcomes: Vec<_> = attempts(db, row.id)
-        .await
-        .iter()
-        .map(|a| a.outcome)
-        .collect();
+    let outcomes = outcomes(db, row.id).await;
     assert_eq!(outcomes, vec![AttemptOutcome::Completed]);
 }
 

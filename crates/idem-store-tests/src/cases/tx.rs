@@ -11,7 +11,9 @@ use idem_store::{
 use serde_json::json;
 
 use crate::TestDb;
-use crate::fixture::{all_jobs, at, attempts, claim_params, get, insert_one, job, running, t0};
+use crate::fixture::{
+    all_jobs, at, attempts, claim_params, get, insert_one, job, outcomes, running, t0,
+};
 
 /// A portable table of the caller's own.
 const CREATE_NOTE: &str = "CREATE TABLE t_note (id BIGINT PRIMARY KEY, note TEXT)";
@@ -298,10 +300,6 @@ pub async fn tx_effect_commits_with_the_completion(db: &TestDb) {
         notes(db).await,
         vec![vec![SqlValue::Int(7), SqlValue::Text("effect".into())]]
     );
-    let outcomes: Vec<_> = attempts(db, row.id)
-        .await
-        .iter()
-        .map(|a| a.outcome)
-        .collect();
+    let outcomes = outcomes(db, row.id).await;
     assert_eq!(outcomes, vec![AttemptOutcome::Completed]);
 }
