@@ -8,9 +8,9 @@
 //! instead, marked deduplicated. On PostgreSQL a concurrent enqueue of the same key waits
 //! on the index entry until the first transaction ends, so two producers never both win.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
-use crate::{EnqueueKeyTake, Enqueued, JobInsert, StoreError, StoreResult, StoreTx};
+use crate::{EnqueueKeyTake, Enqueued, JobInsert, JobRow, StoreError, StoreResult, StoreTx};
 
 /// Inserts `params.jobs` in `tx`, deduplicating by enqueue key; results in input order.
 pub async fn insert<T: StoreTx + ?Sized>(
@@ -64,34 +64,39 @@ pub async fn insert<T: StoreTx + ?Sized>(
             now,
         })
         .await?;
-    let lost: Vec<&(String, String, i64)> = keys
-        .iter()
+    let taken: HashSet<i64> = taken.into_iter().collect();
+    // Each job that lost its key → the key it lost.
+    let lost: HashMap<i64, (String, String)> = keys
+        .into_iter()
         .filter(|(_, _, id)| !taken.contains(id))
+        .map(|(q, k, id)| (id, (q, k)))
         .collect();
     let mut results: Vec<Enqueued> = rows.into_iter().map(Enqueued::new).collect();
     if !lost.is_empty() {
-        let holders = tx
-            .enqueue_key_find(
-                lost.iter()
-                    .map(|(q, k, _)| (q.clone(), k.clone()))
-                    .collect(),
-            )
-            .await?;
-        let holder_ids: Vec<i64> = holders.iter().map(|(_, _, id)| *id).collect();
-        let lost_ids: Vec<i64> = lost.iter().map(|(_, _, id)| *id).collect();
-        tx.job_delete(lost_ids).await?;
-        let held = tx.job_get_many(holder_ids).await?;
+        let holders: HashMap<(String, String), i64> = tx
+            .enqueue_key_find(lost.values().cloned().collect())
+            .await?
+            .into_iter()
+            .map(|(q, k, id)| ((q, k), id))
+            .collect();
+        tx.job_delete(lost.keys().copied().collect()).await?;
+        let held: HashMap<i64, JobRow> = tx
+            .job_get_many(holders.values().copied().collect())
+            .await?
+            .into_iter()
+            .map(|j| (j.id, j))
+            .collect();
         for r in results.iter_mut() {
-            let Some((q, k, _)) = lost.iter().find(|(_, _, id)| *id == r.job.id) else {
+            let Some(key) = lost.get(&r.job.id) else {
                 continue;
             };
             let holder = holders
-                .iter()
-                .find(|(hq, hk, _)| hq == q && hk == k)
-                .and_then(|(_, _, id)| held.iter().find(|j| j.id == *id))
+                .get(key)
+                .and_then(|id| held.get(id))
                 .ok_or_else(|| {
                     StoreError::Database(format!(
-                        "enqueue key {k:?} of queue {q:?} is held but its job is gone"
+                        "enqueue key {:?} of queue {:?} is held but its job is gone",
+                        key.1, key.0
                     ))
                 })?;
             *r = Enqueued {
