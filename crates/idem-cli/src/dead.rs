@@ -33,7 +33,13 @@ pub enum DeadCommand {
     /// Put dead jobs back to available with a fresh ladder (their history is kept)
     Retry(Selection),
     /// Delete dead jobs with their history and enqueue keys
-    Discard(Selection),
+    Discard {
+        #[command(flatten)]
+        selection: Selection,
+        /// Confirm a discard of --all (it cannot be undone)
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 /// Filters of the dead jobs a command takes.
@@ -113,9 +119,18 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
             }
             println!("retried {retried} of {asked} job(s); the rest were not dead or cancelled");
         }
-        DeadCommand::Discard(sel) => {
+        DeadCommand::Discard {
+            selection: sel,
+            yes,
+        } => {
             let ids = sel.ids(&idem).await?;
             let asked = ids.len();
+            if sel.all && !yes {
+                bail!(
+                    "{asked} dead job(s) match; discarding deletes them with their history and \
+                     cannot be undone: add --yes to go ahead"
+                );
+            }
             let mut gone = 0;
             for page in ids.chunks(idem::BULK_PAGE as usize) {
                 gone += idem.discard_jobs(page.to_vec()).await?.len();
