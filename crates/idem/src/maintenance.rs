@@ -113,7 +113,19 @@ impl Idem {
         &self,
         target: PurgeTarget,
         batch: u32,
+        progress: impl FnMut(u64),
+    ) -> Result<u64, IdemError> {
+        self.purge_while(target, batch, progress, || true).await
+    }
+
+    /// [`Idem::purge`] that stops between batches once `go_on` says so (a worker
+    /// shutting down).
+    pub(crate) async fn purge_while(
+        &self,
+        target: PurgeTarget,
+        batch: u32,
         mut progress: impl FnMut(u64),
+        go_on: impl Fn() -> bool,
     ) -> Result<u64, IdemError> {
         if batch == 0 {
             return Err(IdemError::Config(
@@ -122,7 +134,7 @@ impl Idem {
         }
         let before = self.purge_cutoff(target).await?;
         let mut total = 0;
-        loop {
+        while go_on() {
             let limit = batch;
             let n = self
                 .store
@@ -135,9 +147,10 @@ impl Idem {
             total += n;
             progress(n);
             if n < u64::from(batch) {
-                return Ok(total);
+                break;
             }
         }
+        Ok(total)
     }
 
     /// [`Idem::purge`] of every target; the count of each.

@@ -877,10 +877,10 @@ async fn purge_loop(shared: Arc<Shared>, every: Duration, mut stop: watch::Recei
             _ = stop.changed() => return,
         }
         for target in idem_store::PurgeTarget::ALL {
-            let purged = shared
-                .idem
-                .purge(target, crate::maintenance::DEFAULT_PURGE_BATCH, |_| {})
-                .await;
+            // A large backlog goes in many batches; shutdown does not wait for all of them.
+            let go_on = || !*stop.borrow();
+            let batch = crate::maintenance::DEFAULT_PURGE_BATCH;
+            let purged = shared.idem.purge_while(target, batch, |_| {}, go_on).await;
             match purged {
                 Ok(0) => {}
                 Ok(n) => {
