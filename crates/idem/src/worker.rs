@@ -10,7 +10,7 @@
 //! final write, so a worker never holds more leases than its concurrency; a lease the
 //! heartbeat finds lost is flagged to the handler and its writes are refused by the store.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -495,7 +495,7 @@ impl Shared {
     }
 
     pub(crate) fn lease_ms(&self) -> i64 {
-        i64::try_from(self.config.lease.as_millis()).unwrap_or(i64::MAX)
+        crate::client::millis(self.config.lease)
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -813,11 +813,16 @@ async fn heartbeat_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
 }
 
 fn mark_lost(shared: &Shared, sent: &[LeaseToken], renewed: &[idem_store::LeaseRenewal]) {
+    let kept: HashSet<LeaseToken> = renewed
+        .iter()
+        .map(|r| LeaseToken {
+            job_id: r.job_id,
+            fence: r.fence,
+        })
+        .collect();
     let held = shared.held.lock().expect("held lock poisoned");
     for token in sent {
-        let kept = renewed
-            .iter()
-            .any(|r| r.job_id == token.job_id && r.fence == token.fence);
+        let kept = kept.contains(token);
         if let (false, Some(h)) = (kept, held.get(&token.job_id))
             && h.fence == token.fence
             && !h.lost.raise()
