@@ -1,10 +1,13 @@
 //! The PostgreSQL store of idem, for production (`postgres://…`), with workers on any
 //! number of hosts.
 //!
-//! One connection pool; every operation runs in a READ COMMITTED transaction. Concurrent
-//! claims and rescues lock their candidates with `FOR UPDATE SKIP LOCKED`, and an effect
-//! transaction holds a key-share lock on its job from the fence check (`job/lock.sql`) to commit, so
-//! no rescue or reclaim can interleave with it. Time is the database clock (`now()`)
+//! Two connection pools: the main one, and a small one for claims whose sessions carry
+//! [`CLAIM_PLANNER`]. Every operation runs in a READ COMMITTED transaction; the
+//! one-statement operations (`single.rs`, `maintenance.rs`) run straight on a pool, each
+//! statement its own transaction. Concurrent claims and rescues lock their candidates with
+//! `FOR UPDATE SKIP LOCKED`, and an effect transaction holds a key-share lock on its job
+//! from the fence check (`job/lock.sql`) to commit, so no rescue or reclaim can
+//! interleave with it. Time is the database clock (`now()`)
 //! unless a caller injects it.
 //!
 //! [`PgStore::connect`] checks the settings once: a `postgres://` or `postgresql://` URL,
@@ -289,12 +292,7 @@ impl Store for PgStore {
     }
 
     async fn job_get(&self, id: i64) -> StoreResult<Option<JobRow>> {
-        let row = sqlx::query(include_str!("../queries/job/get.sql"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(interpret_error)?;
-        row.as_ref().map(row::job).transpose()
+        single::job_get(&self.pool, id).await
     }
 
     async fn job_list(&self, p: JobList) -> StoreResult<Vec<JobRow>> {

@@ -27,9 +27,7 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
-    let mut jobs = rows.iter().map(row::job).collect::<StoreResult<Vec<_>>>()?;
-    jobs.sort_by_key(|j| j.id);
-    Ok(jobs)
+    row::sorted_jobs(rows)
 }
 
 pub(crate) async fn job_discard<'e, E>(ex: E, p: JobDiscard) -> StoreResult<Vec<i64>>

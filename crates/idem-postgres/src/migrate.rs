@@ -6,8 +6,8 @@
 //! later ones find nothing to do; PostgreSQL's DDL is transactional, so a failed migration
 //! leaves nothing behind.
 
+use idem_store::StoreResult;
 use idem_store::migration::{COUNT, Migration, pending, with_sql};
-use idem_store::{StoreError, StoreResult};
 use sqlx::PgPool;
 
 use crate::error::interpret_error;
@@ -51,7 +51,7 @@ pub(crate) async fn run(pool: &PgPool) -> StoreResult<usize> {
         sqlx::raw_sql(m.sql)
             .execute(&mut *tx)
             .await
-            .map_err(|e| migration_error(m, e))?;
+            .map_err(|e| m.failed(interpret_error(e)))?;
         sqlx::query(include_str!("../queries/migration/record.sql"))
             .bind(m.version)
             .bind(m.name)
@@ -61,13 +61,4 @@ pub(crate) async fn run(pool: &PgPool) -> StoreResult<usize> {
     }
     tx.commit().await.map_err(interpret_error)?;
     Ok(todo.len())
-}
-
-fn migration_error(m: &Migration, e: sqlx::Error) -> StoreError {
-    StoreError::Migration(format!(
-        "migration {:04}_{} failed: {}",
-        m.version,
-        m.name,
-        interpret_error(e)
-    ))
 }

@@ -23,7 +23,6 @@ where
     row.try_get(col).map_err(interpret_error)
 }
 
-/// An `idem_job` row.
 /// A row of `effect/get.sql`.
 pub(crate) fn effect(row: &PgRow) -> StoreResult<EffectRecord> {
     Ok(EffectRecord {
@@ -65,6 +64,14 @@ pub(crate) fn inserted(row: &PgRow) -> StoreResult<Inserted> {
     })
 }
 
+/// Jobs from rows, in id order.
+pub(crate) fn sorted_jobs(rows: Vec<PgRow>) -> StoreResult<Vec<JobRow>> {
+    let mut jobs = rows.iter().map(job).collect::<StoreResult<Vec<_>>>()?;
+    jobs.sort_by_key(|j| j.id);
+    Ok(jobs)
+}
+
+/// An `idem_job` row.
 pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
     Ok(JobRow {
         id: get(row, "id")?,

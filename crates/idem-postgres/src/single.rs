@@ -14,10 +14,17 @@ use sqlx::{Executor, Postgres};
 use crate::error::interpret_error;
 use crate::row;
 
-fn sorted_jobs(rows: Vec<PgRow>) -> StoreResult<Vec<JobRow>> {
-    let mut jobs = rows.iter().map(row::job).collect::<StoreResult<Vec<_>>>()?;
-    jobs.sort_by_key(|j| j.id);
-    Ok(jobs)
+/// One job by id.
+pub(crate) async fn job_get<'e, E>(ex: E, id: i64) -> StoreResult<Option<JobRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let row = sqlx::query(include_str!("../queries/job/get.sql"))
+        .bind(id)
+        .fetch_optional(ex)
+        .await
+        .map_err(interpret_error)?;
+    row.as_ref().map(row::job).transpose()
 }
 
 fn leases_json(leases: &[idem_store::LeaseToken]) -> StoreResult<String> {
@@ -74,7 +81,7 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
-    sorted_jobs(rows)
+    row::sorted_jobs(rows)
 }
 
 pub(crate) async fn job_heartbeat<'e, E>(ex: E, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>>

@@ -43,20 +43,20 @@ impl PgTx {
         &mut self.tx
     }
 
-    async fn fetch_jobs(&mut self, q: Query) -> StoreResult<Vec<JobRow>> {
-        let rows = q.fetch_all(&mut *self.tx).await.map_err(interpret_error)?;
-        let mut jobs = rows.iter().map(row::job).collect::<StoreResult<Vec<_>>>()?;
-        jobs.sort_by_key(|j| j.id);
-        Ok(jobs)
-    }
-
-    async fn fetch_guarded(&mut self, q: Query, lease: LeaseToken) -> StoreResult<JobRow> {
+    /// The row a guarded statement returned, or `LeaseLost` when it returned none (its
+    /// state-and-fence guard refused the claim).
+    async fn fetch_guarded<T>(
+        &mut self,
+        q: Query,
+        lease: LeaseToken,
+        decode: fn(&PgRow) -> StoreResult<T>,
+    ) -> StoreResult<T> {
         let row: Option<PgRow> = q
             .fetch_optional(&mut *self.tx)
             .await
             .map_err(interpret_error)?;
         match row {
-            Some(r) => row::job(&r),
+            Some(r) => decode(&r),
             None => Err(StoreError::lease_lost(lease)),
         }
     }
@@ -70,15 +70,8 @@ impl PgTx {
         lease: LeaseToken,
         decode: fn(&PgRow) -> StoreResult<T>,
     ) -> StoreResult<T> {
-        let found = sqlx::query(sql)
-            .bind(key)
-            .fetch_optional(&mut *self.tx)
-            .await
-            .map_err(interpret_error)?;
-        match found {
-            Some(r) => decode(&r),
-            None => Err(StoreError::lease_lost(lease)),
-        }
+        let q = sqlx::query(sql).bind(key.to_owned());
+        self.fetch_guarded(q, lease, decode).await
     }
 
     async fn record_attempt(&mut self, rec: AttemptRecord<'_>) -> StoreResult<()> {
@@ -171,7 +164,7 @@ impl StoreTx for PgTx {
         let q = sqlx::query(include_str!("../queries/job/lock.sql"))
             .bind(p.lease.job_id)
             .bind(p.lease.fence);
-        self.fetch_guarded(q, p.lease).await
+        self.fetch_guarded(q, p.lease, row::job).await
     }
 
     async fn job_complete(&mut self, p: JobComplete) -> StoreResult<JobRow> {
@@ -179,7 +172,7 @@ impl StoreTx for PgTx {
             .bind(p.lease.job_id)
             .bind(p.lease.fence)
             .bind(p.now);
-        let job = self.fetch_guarded(q, p.lease).await?;
+        let job = self.fetch_guarded(q, p.lease, row::job).await?;
         self.record_attempt(AttemptRecord {
             job_id: job.id,
             outcome: AttemptOutcome::Completed,
@@ -199,7 +192,7 @@ impl StoreTx for PgTx {
             .bind(p.error.clone())
             .bind(p.now)
             .bind(p.snooze);
-        let job = self.fetch_guarded(q, p.lease).await?;
+        let job = self.fetch_guarded(q, p.lease, row::job).await?;
         self.record_attempt(AttemptRecord {
             job_id: job.id,
             outcome: AttemptOutcome::of_failure(&job, p.snooze),
@@ -217,7 +210,8 @@ impl StoreTx for PgTx {
             .bind(p.retry_in_ms)
             .bind(p.now)
             .bind(p.max_attempts);
-        let jobs = self.fetch_jobs(q).await?;
+        let rows = q.fetch_all(&mut *self.tx).await.map_err(interpret_error)?;
+        let jobs = row::sorted_jobs(rows)?;
         for job in &jobs {
             self.record_attempt(AttemptRecord {
                 job_id: job.id,
@@ -372,16 +366,8 @@ impl StoreTx for PgTx {
 
 /// Why a cancel changed nothing: the job is missing or already finished.
 async fn cancel_refusal(tx: &mut PgTx, job_id: i64) -> StoreError {
-    let found = sqlx::query(include_str!("../queries/job/get.sql"))
-        .bind(job_id)
-        .fetch_optional(&mut *tx.tx)
-        .await;
-    match found {
-        Ok(Some(r)) => match row::job(&r) {
-            Ok(job) => StoreError::cancel_refused(job_id, Some(&job)),
-            Err(e) => e,
-        },
-        Ok(None) => StoreError::cancel_refused(job_id, None),
-        Err(e) => interpret_error(e),
+    match single::job_get(&mut *tx.tx, job_id).await {
+        Ok(found) => StoreError::cancel_refused(job_id, found.as_ref()),
+        Err(e) => e,
     }
 }

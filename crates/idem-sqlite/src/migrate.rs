@@ -1,7 +1,7 @@
 //! Embedded migrations for SQLite, applied under the write lock by one entry point.
 
+use idem_store::StoreResult;
 use idem_store::migration::{COUNT, Migration, pending, with_sql};
-use idem_store::{StoreError, StoreResult};
 use rusqlite::Connection;
 
 use crate::error::interpret_error;
@@ -26,7 +26,8 @@ pub(crate) fn run(c: &Connection) -> StoreResult<usize> {
     let all = migrations();
     let todo = pending(&all, &applied)?;
     for m in &todo {
-        c.execute_batch(m.sql).map_err(|e| migration_error(m, e))?;
+        c.execute_batch(m.sql)
+            .map_err(|e| m.failed(interpret_error(e)))?;
         let mut record = c
             .prepare_cached(include_str!("../queries/migration/record.sql"))
             .map_err(interpret_error)?;
@@ -46,13 +47,4 @@ fn applied(c: &Connection) -> StoreResult<Vec<i64>> {
         .map_err(interpret_error)?
         .collect::<rusqlite::Result<Vec<i64>>>();
     versions.map_err(interpret_error)
-}
-
-fn migration_error(m: &Migration, e: rusqlite::Error) -> StoreError {
-    StoreError::Migration(format!(
-        "migration {:04}_{} failed: {}",
-        m.version,
-        m.name,
-        interpret_error(e)
-    ))
 }

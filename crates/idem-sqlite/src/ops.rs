@@ -90,9 +90,10 @@ fn sorted(mut jobs: Vec<JobRow>) -> Vec<JobRow> {
     jobs
 }
 
-fn leases_json(leases: &[LeaseToken]) -> StoreResult<String> {
-    serde_json::to_string(leases)
-        .map_err(|e| StoreError::Invalid(format!("cannot encode leases: {e}")))
+/// A list as the JSON text the statements unpack with `json_each`.
+fn json_list<T: serde::Serialize>(items: &T) -> StoreResult<String> {
+    serde_json::to_string(items)
+        .map_err(|e| StoreError::Invalid(format!("cannot encode a list for a statement: {e}")))
 }
 
 /// The database clock.
@@ -148,7 +149,7 @@ pub(crate) fn job_heartbeat(c: &Connection, p: &JobHeartbeat) -> StoreResult<Vec
         return Ok(Vec::new());
     }
     let sql = include_str!("../queries/job/heartbeat.sql");
-    let args = params![leases_json(&p.leases)?, p.lease_ms, p.now.map(ts_to_ms)];
+    let args = params![json_list(&p.leases)?, p.lease_ms, p.now.map(ts_to_ms)];
     rows(c, sql, args, row::renewal)
 }
 
@@ -174,12 +175,11 @@ pub(crate) fn job_complete_many(c: &Connection, p: &JobCompleteMany) -> StoreRes
         return Ok(Vec::new());
     }
     let sql = include_str!("../queries/job/complete_many.sql");
-    let args = params![leases_json(&p.leases)?, p.now.map(ts_to_ms)];
+    let args = params![json_list(&p.leases)?, p.now.map(ts_to_ms)];
     let ids: Vec<i64> = rows(c, sql, args, |r| r.get(0).map_err(interpret_error))?;
     if !ids.is_empty() {
-        let json = serde_json::Value::from(ids.clone()).to_string();
         let sql = include_str!("../queries/job_attempt/insert_completed.sql");
-        exec(c, sql, [json])?;
+        exec(c, sql, [json_list(&ids)?])?;
     }
     Ok(ids)
 }
@@ -389,12 +389,6 @@ pub(crate) fn effect_others(c: &Connection, p: &EffectClaim) -> StoreResult<Vec<
     rows(c, sql, args, |r| {
         r.get::<_, String>(0).map_err(interpret_error)
     })
-}
-
-/// A list as the JSON text the statements unpack with `json_each`.
-fn json_list<T: serde::Serialize>(items: &T) -> StoreResult<String> {
-    serde_json::to_string(items)
-        .map_err(|e| StoreError::Invalid(format!("cannot encode a list for a statement: {e}")))
 }
 
 pub(crate) fn enqueue_key_take(c: &Connection, p: &EnqueueKeyTake) -> StoreResult<Vec<i64>> {

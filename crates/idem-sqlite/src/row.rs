@@ -56,7 +56,7 @@ pub(crate) fn ledger_mismatch(row: &Row<'_>) -> StoreResult<LedgerMismatch> {
     })
 }
 
-/// A row of `job/insert.sql`.
+/// A row of `effect/get.sql`.
 pub(crate) fn effect(row: &Row<'_>) -> StoreResult<EffectRecord> {
     Ok(EffectRecord {
         key: get(row, "key")?,

@@ -3,7 +3,7 @@
 //!
 //! A closure is one hop: a store operation sends its whole transaction (`BEGIN
 //! IMMEDIATE`, statements, `COMMIT`) as one closure; an open [`crate::SqliteTx`] sends one
-//! closure per statement. The channel is FIFO, so a rollback sent from a dropped
+//! closure per operation (its first one carries the `BEGIN IMMEDIATE`). The channel is FIFO, so a rollback sent from a dropped
 //! transaction runs before anything sent after it. A closure that panics is caught: the
 //! thread keeps serving, and the caller sees its reply channel closed.
 

@@ -18,6 +18,16 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
+impl Migration {
+    /// The error of this migration failing with `cause` (the store's own error).
+    pub fn failed(&self, cause: StoreError) -> StoreError {
+        StoreError::Migration(format!(
+            "migration {:04}_{} failed: {cause}",
+            self.version, self.name
+        ))
+    }
+}
+
 /// How many migrations this build has.
 pub const COUNT: usize = 5;
 

@@ -244,7 +244,8 @@ pub trait StoreTx: Send {
     async fn job_complete(&mut self, params: JobComplete) -> StoreResult<JobRow>;
 
     /// Completes many running jobs, each under its own fence, in one statement, and
-    /// records their attempts in one more; returns the ids completed, in no particular
+    /// records their attempts (in the same statement or one more, as the dialect allows);
+    /// returns the ids completed, in no particular
     /// order. A lease absent from the result was not current: nothing was written for it.
     async fn job_complete_many(&mut self, params: JobCompleteMany) -> StoreResult<Vec<i64>>;
 
