@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use idem::config::{HORIZON_MARGIN, Horizon, Retention, human, retry_horizon};
+use idem::config::{HORIZON_MARGIN, Horizon, Retention, human};
 use idem::retry::{DEFAULT_MAX_ATTEMPTS, RetryLadder};
 use idem::{IdemError, WorkerConfig};
 use serde::Deserialize;
@@ -44,44 +44,17 @@ use serde::Deserialize;
 /// The file read when no `--config` is given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "idem.toml";
 
-/// The settings of the config file, with defaults filled in.
-#[derive(Debug, Clone, PartialEq)]
+/// The settings of the config file, with defaults filled in: the worker settings that
+/// decide the retry horizon, as the `WorkerConfig` a worker would start with, and the
+/// retention windows.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct CliConfig {
     /// The file read; `None` = built-in defaults.
     pub source: Option<PathBuf>,
-    /// `[retry]`'s ladder and jitter.
-    pub default_ladder: RetryLadder,
-    /// `[retry.queues.NAME]`: ladders of particular queues.
-    pub queue_ladders: BTreeMap<String, RetryLadder>,
-    /// `[retry.kinds.NAME]`: ladders of particular job kinds.
-    pub kind_ladders: BTreeMap<String, RetryLadder>,
-    /// Attempts before a job is dead.
-    pub max_attempts: i32,
-    /// The worker's lease.
-    pub lease: Duration,
-    /// A handler running longer is stopped.
-    pub job_timeout: Duration,
-    /// Time between rescue sweeps.
-    pub rescue_interval: Duration,
+    /// `[retry]` and `[worker]`: ladders, attempts, lease, job timeout, rescue interval.
+    pub worker: WorkerConfig,
     /// Retention windows.
     pub retention: Retention,
-}
-
-impl Default for CliConfig {
-    fn default() -> Self {
-        let worker = WorkerConfig::default();
-        CliConfig {
-            source: None,
-            default_ladder: RetryLadder::default(),
-            queue_ladders: BTreeMap::new(),
-            kind_ladders: BTreeMap::new(),
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
-            lease: worker.lease,
-            job_timeout: worker.job_timeout,
-            rescue_interval: worker.rescue_interval,
-            retention: Retention::default(),
-        }
-    }
 }
 
 #[derive(Deserialize, Default)]
@@ -157,7 +130,7 @@ impl CliConfig {
             "retry",
             &file.retry.ladder,
             file.retry.jitter,
-            &d.default_ladder,
+            &d.worker.ladder,
         )?;
         let ladders = |section: &str, map: &BTreeMap<String, LadderToml>| {
             map.iter()
@@ -171,68 +144,50 @@ impl CliConfig {
                 .collect::<anyhow::Result<BTreeMap<_, _>>>()
         };
         let w = &file.worker;
-        Ok(CliConfig {
-            source: None,
+        let d = &d.worker;
+        let lease = duration("worker.lease", &w.lease, d.lease)?;
+        let worker = WorkerConfig {
             queue_ladders: ladders("queues", &file.retry.queues)?,
             kind_ladders: ladders("kinds", &file.retry.kinds)?,
-            default_ladder,
+            ladder: default_ladder,
             max_attempts: max_attempts(file.retry.max_attempts)?,
-            lease: duration("worker.lease", &w.lease, d.lease)?,
             job_timeout: duration("worker.job_timeout", &w.job_timeout, d.job_timeout)?,
             rescue_interval: duration(
                 "worker.rescue_interval",
                 &w.rescue_interval,
                 d.rescue_interval,
             )?,
+            ..WorkerConfig::default().lease(lease)
+        };
+        Ok(CliConfig {
+            source: None,
+            worker,
             retention: retention(&file.retention)?,
         })
     }
 
-    /// Every ladder: the default, each queue's, each kind's.
-    pub fn ladders(&self) -> impl Iterator<Item = &RetryLadder> {
-        let named = self
-            .queue_ladders
-            .values()
-            .chain(self.kind_ladders.values());
-        std::iter::once(&self.default_ladder).chain(named)
-    }
-
-    /// The worst-case retry horizon over every ladder.
+    /// The worst-case retry horizon over every ladder ([`WorkerConfig::horizon`]).
     pub fn horizon(&self) -> Horizon {
-        retry_horizon(
-            self.ladders(),
-            self.max_attempts,
-            self.lease,
-            self.job_timeout,
-            self.rescue_interval,
-        )
+        self.worker.horizon()
     }
 
-    /// Applies the library's rules, as a worker does at start-up: the ladders, the
+    /// Applies the checks `Idem::worker` makes at start-up: the worker's settings, the
     /// retention windows among themselves, and the retry horizon they must cover.
     pub fn check(&self) -> Result<(), IdemError> {
-        self.check_ladders()?;
+        self.worker.validate()?;
         self.retention.validate()?;
         self.retention.check_covers(&self.horizon())
     }
 
-    fn check_ladders(&self) -> Result<(), IdemError> {
-        for (key, ladder) in self.named_ladders() {
-            ladder
-                .validate()
-                .map_err(|e| IdemError::Config(format!("{key}: {e}")))?;
-        }
-        Ok(())
-    }
-
     /// Each ladder with the config section it comes from.
     fn named_ladders(&self) -> Vec<(String, &RetryLadder)> {
-        let mut all = vec![("retry".to_owned(), &self.default_ladder)];
-        let queues = self
+        let w = &self.worker;
+        let mut all = vec![("retry".to_owned(), &w.ladder)];
+        let queues = w
             .queue_ladders
             .iter()
             .map(|(n, l)| (format!("retry.queues.{n}"), l));
-        let kinds = self
+        let kinds = w
             .kind_ladders
             .iter()
             .map(|(n, l)| (format!("retry.kinds.{n}"), l));
@@ -349,13 +304,13 @@ fn report(c: &CliConfig) -> String {
 }
 
 fn report_ladders(c: &CliConfig) -> String {
-    let failures = c.max_attempts - 1;
+    let failures = c.worker.max_attempts - 1;
     let mut out = format!(
         "retry ladders (worst case: the delays after {failures} failed attempt(s), each at its \
          jitter maximum)\n"
     );
     for (key, ladder) in c.named_ladders() {
-        let worst = human(ladder.worst_case_total(c.max_attempts));
+        let worst = human(ladder.worst_case_total(c.worker.max_attempts));
         let name = key.strip_prefix("retry.").unwrap_or("default");
         out += &format!("  {name:<24} {:<40} worst case {worst}\n", describe(ladder));
     }
@@ -376,10 +331,10 @@ fn report_worker(c: &CliConfig) -> String {
     format!(
         "\nattempts and timing\n  max_attempts       {}\n  lease              {}\n  \
          job timeout        {}\n  rescue interval    {}\n",
-        c.max_attempts,
-        human(c.lease),
-        human(c.job_timeout),
-        human(c.rescue_interval),
+        c.worker.max_attempts,
+        human(c.worker.lease),
+        human(c.worker.job_timeout),
+        human(c.worker.rescue_interval),
     )
 }
 
@@ -387,9 +342,9 @@ fn report_horizon(c: &CliConfig, h: &Horizon) -> String {
     let per = format!(
         "{} × (job timeout {} + lease {} + rescue interval {})",
         h.max_attempts,
-        human(c.job_timeout),
-        human(c.lease),
-        human(c.rescue_interval)
+        human(c.worker.job_timeout),
+        human(c.worker.lease),
+        human(c.worker.rescue_interval)
     );
     format!(
         "\nretry horizon\n  ladder part        {:<16} the longest ladder's worst case\n  \
@@ -452,20 +407,20 @@ dead_jobs = "7d"
     #[test]
     fn a_good_file_parses_into_every_setting() {
         let c = CliConfig::parse(GOOD).unwrap();
-        assert_eq!(c.default_ladder, RetryLadder::default());
+        assert_eq!(c.worker.ladder, RetryLadder::default());
         assert_eq!(
-            c.queue_ladders["mail"],
+            c.worker.queue_ladders["mail"],
             RetryLadder::new([secs(1), secs(10)]).jitter(0.1)
         );
         assert_eq!(
-            c.kind_ladders["receipt-mail"],
+            c.worker.kind_ladders["receipt-mail"],
             RetryLadder::new([secs(2)]).jitter(0.0)
         );
         assert_eq!(
-            (c.max_attempts, c.lease, c.job_timeout),
+            (c.worker.max_attempts, c.worker.lease, c.worker.job_timeout),
             (8, secs(30), secs(60))
         );
-        assert_eq!(c.rescue_interval, secs(5));
+        assert_eq!(c.worker.rescue_interval, secs(5));
         assert_eq!(c.retention, Retention::default());
         c.check().unwrap();
         assert_eq!(c.horizon(), CliConfig::default().horizon());
@@ -537,6 +492,13 @@ dead_jobs = "7d"
             report.contains("covers the retry horizon plus the margin"),
             "{report}"
         );
+    }
+
+    #[test]
+    fn what_a_worker_refuses_is_refused() {
+        let c = CliConfig::parse("[worker]\nlease = \"50ms\"\n").unwrap();
+        let err = c.check().unwrap_err().to_string();
+        assert!(err.contains("lease is 50ms"), "{err}");
     }
 
     #[test]

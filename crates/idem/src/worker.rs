@@ -52,7 +52,7 @@ pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 pub const MAX_CONCURRENCY: usize = 10_000;
 
 /// Settings of a worker; `validate` names any bad value.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WorkerConfig {
     /// Name recorded as `lease_owner`; `None` = host, pid and a random suffix.
     pub name: Option<String>,
