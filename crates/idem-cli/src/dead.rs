@@ -113,10 +113,7 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
         DeadCommand::Retry(sel) => {
             let ids = sel.ids(&idem).await?;
             let asked = ids.len();
-            let mut retried = 0;
-            for page in ids.chunks(idem::BULK_PAGE as usize) {
-                retried += idem.retry_jobs(page.to_vec()).await?.len();
-            }
+            let retried = idem.retry_jobs(ids).await?.len();
             println!("retried {retried} of {asked} job(s); the rest were not dead or cancelled");
         }
         DeadCommand::Discard {
@@ -131,10 +128,7 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
                      cannot be undone: add --yes to go ahead"
                 );
             }
-            let mut gone = 0;
-            for page in ids.chunks(idem::BULK_PAGE as usize) {
-                gone += idem.discard_jobs(page.to_vec()).await?.len();
-            }
+            let gone = idem.discard_jobs(ids).await?.len();
             println!("discarded {gone} of {asked} job(s); the rest were not dead");
         }
     }

@@ -24,19 +24,31 @@ pub struct DeadFilter {
 impl Idem {
     /// Puts dead or cancelled jobs back to `available` with a fresh ladder (attempt 0);
     /// their attempt history is kept. Jobs in other states are left alone and absent
-    /// from the result.
+    /// from the result. A long list goes [`BULK_PAGE`] jobs per statement.
     pub async fn retry_jobs(&self, ids: Vec<i64>) -> Result<Vec<JobRow>, IdemError> {
-        let now = self.clock.now();
-        let rows = self.store.job_retry(JobRetry { ids, now }).await?;
-        self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
-        Ok(rows)
+        let mut retried = Vec::new();
+        for page in ids.chunks(BULK_PAGE as usize) {
+            let params = JobRetry {
+                ids: page.to_vec(),
+                now: self.clock.now(),
+            };
+            let rows = self.store.job_retry(params).await?;
+            self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
+            retried.extend(rows);
+        }
+        Ok(retried)
     }
 
     /// Deletes dead jobs with their attempt history and enqueue keys (a producer may
     /// enqueue the same key again). Jobs not dead are left alone and absent from the
-    /// result.
+    /// result. A long list goes [`BULK_PAGE`] jobs per statement.
     pub async fn discard_jobs(&self, ids: Vec<i64>) -> Result<Vec<i64>, IdemError> {
-        Ok(self.store.job_discard(JobDiscard { ids }).await?)
+        let mut gone = Vec::new();
+        for page in ids.chunks(BULK_PAGE as usize) {
+            let params = JobDiscard { ids: page.to_vec() };
+            gone.extend(self.store.job_discard(params).await?);
+        }
+        Ok(gone)
     }
 
     /// The ids of every dead job matching `filter`, newest first.
@@ -61,22 +73,16 @@ impl Idem {
         Ok(ids)
     }
 
-    /// Retries every dead job matching `filter`, a page at a time; returns how many.
+    /// Retries every dead job matching `filter`; returns how many.
     pub async fn retry_dead(&self, filter: &DeadFilter) -> Result<u64, IdemError> {
-        let mut done = 0;
-        for page in self.dead_ids(filter).await?.chunks(BULK_PAGE as usize) {
-            done += self.retry_jobs(page.to_vec()).await?.len() as u64;
-        }
-        Ok(done)
+        let ids = self.dead_ids(filter).await?;
+        Ok(self.retry_jobs(ids).await?.len() as u64)
     }
 
-    /// Discards every dead job matching `filter`, a page at a time; returns how many.
+    /// Discards every dead job matching `filter`; returns how many.
     pub async fn discard_dead(&self, filter: &DeadFilter) -> Result<u64, IdemError> {
-        let mut done = 0;
-        for page in self.dead_ids(filter).await?.chunks(BULK_PAGE as usize) {
-            done += self.discard_jobs(page.to_vec()).await?.len() as u64;
-        }
-        Ok(done)
+        let ids = self.dead_ids(filter).await?;
+        Ok(self.discard_jobs(ids).await?.len() as u64)
     }
 
     /// Records of `target` created (keys) or finalized (jobs) before this time are past
@@ -151,14 +157,5 @@ impl Idem {
             }
         }
         Ok(total)
-    }
-
-    /// [`Idem::purge`] of every target; the count of each.
-    pub async fn purge_all(&self, batch: u32) -> Result<Vec<(PurgeTarget, u64)>, IdemError> {
-        let mut out = Vec::new();
-        for target in PurgeTarget::ALL {
-            out.push((target, self.purge(target, batch, |_| {}).await?));
-        }
-        Ok(out)
     }
 }

@@ -13,8 +13,8 @@ use common::*;
 use idem::config::human;
 use idem::retry::RetryLadder;
 use idem::{
-    AttemptOutcome, EffectClass, Handler, Idem, Job, JobContext, JobError, JobRow, JobState,
-    ManualClock, Retention, WorkerConfig,
+    AttemptOutcome, DeadFilter, EffectClass, Handler, Idem, Job, JobContext, JobError, JobRow,
+    JobState, ManualClock, Retention, WorkerConfig,
 };
 use idem_store_tests::{TestDb, harness::within};
 use tokio::sync::mpsc;
@@ -204,6 +204,23 @@ async fn worker_max_attempts_caps_jobs_and_permanent_errors_are_dead(db: &TestDb
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].outcome, AttemptOutcome::Dead);
     within(30, "shutdown", w.shutdown()).await;
+
+    // The bulk forms, by filter: discard the permanent one, retry what is left.
+    let only = |kind: &str| DeadFilter {
+        kind: Some(kind.into()),
+        ..DeadFilter::default()
+    };
+    assert_eq!(idem.discard_dead(&only("permanent")).await.unwrap(), 1);
+    assert!(idem.job(permanent).await.unwrap().is_none());
+    assert_eq!(idem.retry_dead(&DeadFilter::default()).await.unwrap(), 1);
+    let row = common::job(&idem, capped).await;
+    assert_eq!((row.state, row.attempt), (JobState::Available, 0));
+    assert!(
+        idem.dead_ids(&DeadFilter::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 struct Permanent;
