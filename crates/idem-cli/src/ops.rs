@@ -183,11 +183,21 @@ pub fn guarantees(kinds: &[(String, idem::EffectClass)]) -> ExitCode {
     for class in idem::EffectClass::ALL {
         println!("  {:<14} {}", class.as_str(), class.guarantee());
         println!("  {:<14} mechanism: {}", "", class.mechanism());
+        if !class.built() {
+            println!(
+                "  {:<14} planned: not built yet; jobs of this class run at-least-once today",
+                ""
+            );
+        }
     }
     println!();
-    println!("{:<24} {:<14} guarantee", "job kind", "effect class");
+    println!("{:<24} {:<14} guarantee today", "job kind", "effect class");
     for (kind, class) in kinds {
-        println!("{kind:<24} {:<14} {}", class.as_str(), class.guarantee());
+        println!(
+            "{kind:<24} {:<14} {}",
+            class.as_str(),
+            class.guarantee_now()
+        );
     }
     ExitCode::SUCCESS
 }
