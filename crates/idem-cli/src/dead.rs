@@ -142,7 +142,8 @@ pub struct PurgeArgs {
     #[arg(long, env = "IDEM_CONFIG")]
     config: Option<PathBuf>,
     /// Records deleted per statement (each batch is its own short transaction)
-    #[arg(long, default_value_t = idem::DEFAULT_PURGE_BATCH)]
+    #[arg(long, default_value_t = idem::DEFAULT_PURGE_BATCH,
+          value_parser = clap::value_parser!(u32).range(1..))]
     batch: u32,
     /// Only count what is past its retention; delete nothing
     #[arg(long)]
@@ -151,22 +152,16 @@ pub struct PurgeArgs {
 
 /// `idem purge`.
 pub async fn purge(url: &str, a: PurgeArgs) -> anyhow::Result<ExitCode> {
-    if a.batch == 0 {
-        bail!("--batch is 0; give at least 1");
-    }
     let config = crate::config::CliConfig::load(a.config.as_deref())?;
     // The same check a worker makes at start-up: a window shorter than the retry horizon
     // would purge dedup records that a retry may still need.
     config
         .check()
         .context("refusing to purge with these retention windows (see `idem config check`)")?;
-    let idem = connect(url)
-        .await?
-        .with_retention(config.retention)
-        .context("the retention windows in the config are not valid")?;
+    let idem = connect(url).await?.with_retention(config.retention)?;
     for target in PurgeTarget::ALL {
         let cutoff = idem.purge_cutoff(target).await?;
-        let pending = idem.purge_pending(target).await?;
+        let pending = idem.purge_count(target, cutoff).await?;
         let label = format!(
             "{target:<14} before {}",
             cutoff.format("%Y-%m-%d %H:%M:%S UTC")
@@ -182,7 +177,9 @@ pub async fn purge(url: &str, a: PurgeArgs) -> anyhow::Result<ExitCode> {
                 .progress_chars("=> "),
         );
         bar.set_message(label.clone());
-        let deleted = idem.purge(target, a.batch, |n| bar.inc(n)).await?;
+        let deleted = idem
+            .purge_before(target, cutoff, a.batch, |n| bar.inc(n))
+            .await?;
         bar.finish_and_clear();
         println!("{label}: deleted {deleted}");
     }

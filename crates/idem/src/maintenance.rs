@@ -105,30 +105,48 @@ impl Idem {
         Ok(now - window)
     }
 
-    /// How many records of `target` are past their retention.
-    pub async fn purge_pending(&self, target: PurgeTarget) -> Result<u64, IdemError> {
-        let before = self.purge_cutoff(target).await?;
+    /// How many records of `target` a purge with cutoff `before` would delete.
+    pub async fn purge_count(
+        &self,
+        target: PurgeTarget,
+        before: Timestamp,
+    ) -> Result<u64, IdemError> {
         Ok(self.store.purge_count(target, before).await?)
     }
 
-    /// Deletes every record of `target` past its retention, `batch` at a time (each
-    /// batch its own short transaction), calling `progress` with each batch's count;
-    /// returns the total. Dedup records younger than their window and effect data are
-    /// never touched.
+    /// Deletes every record of `target` past its retention ([`Idem::purge_cutoff`]),
+    /// `batch` at a time (each batch its own short transaction), calling `progress` with
+    /// each batch's count; returns the total. Dedup records younger than their window and
+    /// effect data are never touched.
     pub async fn purge(
         &self,
         target: PurgeTarget,
         batch: u32,
         progress: impl FnMut(u64),
     ) -> Result<u64, IdemError> {
-        self.purge_while(target, batch, progress, || true).await
+        let before = self.purge_cutoff(target).await?;
+        self.purge_before(target, before, batch, progress).await
     }
 
-    /// [`Idem::purge`] that stops between batches once `go_on` says so (a worker
+    /// [`Idem::purge`] with the cutoff given: a caller that counted with
+    /// [`Idem::purge_count`] deletes what it counted.
+    pub async fn purge_before(
+        &self,
+        target: PurgeTarget,
+        before: Timestamp,
+        batch: u32,
+        progress: impl FnMut(u64),
+    ) -> Result<u64, IdemError> {
+        self.purge_while(target, before, batch, progress, || true)
+            .await
+    }
+
+    /// [`Idem::purge_before`] that stops between batches once `go_on` says so (a worker
     /// shutting down).
     pub(crate) async fn purge_while(
         &self,
         target: PurgeTarget,
+        before: Timestamp,
         batch: u32,
         mut progress: impl FnMut(u64),
         go_on: impl Fn() -> bool,
@@ -138,7 +156,6 @@ impl Idem {
                 "purge batch is 0; it must be at least 1".into(),
             ));
         }
-        let before = self.purge_cutoff(target).await?;
         let mut total = 0;
         while go_on() {
             let limit = batch;

@@ -893,7 +893,13 @@ async fn purge_loop(shared: Arc<Shared>, every: Duration, mut stop: watch::Recei
             // A large backlog goes in many batches; shutdown does not wait for all of them.
             let go_on = || !*stop.borrow();
             let batch = crate::maintenance::DEFAULT_PURGE_BATCH;
-            let purged = shared.idem.purge_while(target, batch, |_| {}, go_on).await;
+            let purged = match shared.idem.purge_cutoff(target).await {
+                Ok(before) => {
+                    let idem = &shared.idem;
+                    idem.purge_while(target, before, batch, |_| {}, go_on).await
+                }
+                Err(e) => Err(e),
+            };
             match purged {
                 Ok(0) => {}
                 Ok(n) => {
