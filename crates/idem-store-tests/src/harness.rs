@@ -27,7 +27,8 @@ pub use idem_store::Backend;
 
 /// The environment variable naming the PostgreSQL server the tests use, e.g.
 /// `postgres://postgres@127.0.0.1:5432/test`.
-pub const PG_URL_ENV: &str = "IDEM_TEST_PG_URL";
+pub use idem_store::testing::PG_URL_ENV;
+use idem_store::testing::{PgUrlChoice, pg_url_from_env};
 
 /// Connections per PostgreSQL test store: enough for the concurrency cases, few enough
 /// that parallel tests stay under the server's `max_connections`.
@@ -88,7 +89,7 @@ impl TestDb {
     /// not set. Panics when `CI` is set but the variable is not, and when the server
     /// cannot be reached: a PostgreSQL test never skips silently.
     pub async fn postgres() -> Option<TestDb> {
-        match pg_url_choice(std::env::var(PG_URL_ENV).ok(), std::env::var("CI").ok()) {
+        match pg_url_from_env() {
             PgUrlChoice::Use(base) => Some(TestDb::postgres_at(&base).await),
             PgUrlChoice::Skip(notice) => {
                 skip_notice(&notice);
@@ -206,35 +207,6 @@ async fn migrate(store: &Arc<dyn Store>, url: &str) {
     });
 }
 
-/// What the PostgreSQL tests do, given `IDEM_TEST_PG_URL` and `CI`.
-#[derive(Debug, PartialEq, Eq)]
-enum PgUrlChoice {
-    /// Run against this server.
-    Use(String),
-    /// Skip, with this notice.
-    Skip(String),
-    /// Fail the test, with this message.
-    Fail(String),
-}
-
-fn pg_url_choice(url: Option<String>, ci: Option<String>) -> PgUrlChoice {
-    if let Some(url) = url.filter(|u| !u.trim().is_empty()) {
-        return PgUrlChoice::Use(url);
-    }
-    let in_ci = ci.is_some_and(|v| !matches!(v.trim(), "" | "0" | "false"));
-    if in_ci {
-        return PgUrlChoice::Fail(format!(
-            "{PG_URL_ENV} is not set but CI is: the PostgreSQL conformance tests must run in \
-             CI. Set {PG_URL_ENV}=postgres://user@host:port/db (a server the tests may create \
-             schemas on)."
-        ));
-    }
-    PgUrlChoice::Skip(format!(
-        "NOTICE: {PG_URL_ENV} is not set: the PostgreSQL store tests are SKIPPED. Set \
-         {PG_URL_ENV}=postgres://postgres@127.0.0.1:5432/test to run them."
-    ))
-}
-
 /// Prints the skip notice: once per process past the test harness's output capture, so
 /// it shows in a plain `cargo test`, and on every call to the (captured) test output.
 fn skip_notice(notice: &str) {
@@ -262,39 +234,6 @@ async fn drop_schema(store: &dyn Store, schema: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_set_url_is_used_in_and_out_of_ci() {
-        let url = || Some("postgres://h/db".to_owned());
-        let used = PgUrlChoice::Use("postgres://h/db".into());
-        assert_eq!(pg_url_choice(url(), None), used);
-        assert_eq!(pg_url_choice(url(), Some("true".into())), used);
-    }
-
-    #[test]
-    fn an_unset_url_skips_outside_ci_and_fails_in_ci() {
-        for ci in [
-            None,
-            Some(String::new()),
-            Some("false".into()),
-            Some("0".into()),
-        ] {
-            let choice = pg_url_choice(None, ci.clone());
-            assert!(
-                matches!(&choice, PgUrlChoice::Skip(n) if n.contains(PG_URL_ENV)),
-                "{ci:?}"
-            );
-        }
-        let empty = pg_url_choice(Some("  ".into()), Some("true".into()));
-        assert!(
-            matches!(&empty, PgUrlChoice::Fail(m) if m.contains("CI")),
-            "{empty:?}"
-        );
-        assert!(matches!(
-            pg_url_choice(None, Some("1".into())),
-            PgUrlChoice::Fail(_)
-        ));
-    }
 
     #[tokio::test]
     #[should_panic(expected = "cannot be created there")]

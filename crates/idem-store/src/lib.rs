@@ -24,6 +24,7 @@ mod ledger;
 mod maintenance;
 pub mod migration;
 mod store;
+pub mod testing;
 mod value;
 
 pub use counter::{CounterAssigned, CounterNext};

@@ -177,7 +177,19 @@ async fn retry_here(db: &TestDb, job: &idem::JobRow) -> bool {
     let clock = db_clock(db).await;
     clock.advance(Duration::from_secs(31));
     let idem = client(db, Some(Arc::new(clock)));
-    let rescued = idem.rescue().await.unwrap();
+    // On PostgreSQL the killed child's session can hold the job's row lock until the
+    // server notices the closed connection, and a rescue skips locked rows; the server
+    // sends no signal for that, so the rescue is repeated until it finds the job.
+    let rescued = within(30, "the rescue after the child's session ended", async {
+        loop {
+            let rescued = idem.rescue().await.unwrap();
+            if !rescued.is_empty() {
+                return rescued;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
     assert_eq!(
         rescued.iter().map(|j| j.id).collect::<Vec<_>>(),
         vec![job.id]

@@ -1,0 +1,79 @@
+//! What the PostgreSQL tests of every crate do when `IDEM_TEST_PG_URL` is or is not set:
+//! one rule, so no crate's PostgreSQL test can skip silently in CI.
+
+/// The variable naming the PostgreSQL server the tests may create schemas on.
+pub const PG_URL_ENV: &str = "IDEM_TEST_PG_URL";
+
+/// What the PostgreSQL tests do, given `IDEM_TEST_PG_URL` and `CI`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum PgUrlChoice {
+    /// Run against this server.
+    Use(String),
+    /// Skip, with this notice.
+    Skip(String),
+    /// Fail the test, with this message.
+    Fail(String),
+}
+
+/// The decision for a URL variable's value and the `CI` variable's value: run when a URL
+/// is given, fail under CI without one, else skip with a notice.
+pub fn pg_url_choice(url: Option<String>, ci: Option<String>) -> PgUrlChoice {
+    if let Some(url) = url.filter(|u| !u.trim().is_empty()) {
+        return PgUrlChoice::Use(url);
+    }
+    let in_ci = ci.is_some_and(|v| !matches!(v.trim(), "" | "0" | "false"));
+    if in_ci {
+        return PgUrlChoice::Fail(format!(
+            "{PG_URL_ENV} is not set but CI is: the PostgreSQL conformance tests must run in \
+             CI. Set {PG_URL_ENV}=postgres://user@host:port/db (a server the tests may create \
+             schemas on)."
+        ));
+    }
+    PgUrlChoice::Skip(format!(
+        "NOTICE: {PG_URL_ENV} is not set: the PostgreSQL store tests are SKIPPED. Set \
+         {PG_URL_ENV}=postgres://postgres@127.0.0.1:5432/test to run them."
+    ))
+}
+
+/// [`pg_url_choice`] from the environment.
+pub fn pg_url_from_env() -> PgUrlChoice {
+    pg_url_choice(std::env::var(PG_URL_ENV).ok(), std::env::var("CI").ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_set_url_is_used_in_and_out_of_ci() {
+        let url = || Some("postgres://h/db".to_owned());
+        let used = PgUrlChoice::Use("postgres://h/db".into());
+        assert_eq!(pg_url_choice(url(), None), used);
+        assert_eq!(pg_url_choice(url(), Some("true".into())), used);
+    }
+
+    #[test]
+    fn an_unset_url_skips_outside_ci_and_fails_in_ci() {
+        for ci in [
+            None,
+            Some(String::new()),
+            Some("false".into()),
+            Some("0".into()),
+        ] {
+            let choice = pg_url_choice(None, ci.clone());
+            assert!(
+                matches!(&choice, PgUrlChoice::Skip(n) if n.contains(PG_URL_ENV)),
+                "{ci:?}"
+            );
+        }
+        let empty = pg_url_choice(Some("  ".into()), Some("true".into()));
+        assert!(
+            matches!(&empty, PgUrlChoice::Fail(m) if m.contains("CI")),
+            "{empty:?}"
+        );
+        assert!(matches!(
+            pg_url_choice(None, Some("1".into())),
+            PgUrlChoice::Fail(_)
+        ));
+    }
+}
