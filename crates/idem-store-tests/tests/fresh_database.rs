@@ -35,6 +35,11 @@ async fn check_one_winner(stores: &[Arc<dyn Store>]) {
     applied.sort_unstable();
     let total = *applied.last().expect("a migrator");
     assert!(total >= 1, "nothing was migrated: {applied:?}");
+    assert_eq!(
+        total,
+        idem_store::migration::COUNT,
+        "the winner applies every migration: {applied:?}"
+    );
     assert!(
         applied[..applied.len() - 1].iter().all(|n| *n == 0),
         "{applied:?}"

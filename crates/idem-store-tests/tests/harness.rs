@@ -1,23 +1,8 @@
 //! The harness itself: every `TestDb` is a database of its own, its `url` reaches it from
 //! another store, and `cleanup` removes it (the SQLite directory, the PostgreSQL schema).
 
-use idem_store::JobInsert;
-use idem_store_tests::fixture::{job, t0};
+use idem_store_tests::fixture::{insert_one, job, t0};
 use idem_store_tests::{Backend, TestDb, open_store};
-
-async fn insert_one(db: &TestDb, kind: &str) -> i64 {
-    let params = JobInsert {
-        jobs: vec![job(kind)],
-        now: Some(t0()),
-        ..JobInsert::default()
-    };
-    db.store
-        .job_insert(params)
-        .await
-        .expect("job_insert")
-        .remove(0)
-        .id
-}
 
 async fn two_databases_are_apart(backend: Backend) {
     let (Some(a), Some(b)) = (TestDb::new(backend).await, TestDb::new(backend).await) else {
@@ -25,7 +10,7 @@ async fn two_databases_are_apart(backend: Backend) {
     };
     assert_ne!(a.url, b.url);
     assert_eq!((a.backend, b.backend), (backend, backend));
-    let id = insert_one(&a, "only_in_a").await;
+    let id = insert_one(&a, job("only_in_a"), t0()).await.id;
     assert!(a.store.job_get(id).await.expect("job_get").is_some());
     let in_b = b.store.job_list(idem_store::JobList {
         limit: 10,
@@ -41,7 +26,7 @@ async fn cleanup_removes_the_database(backend: Backend) {
         return;
     };
     let url = db.url.clone();
-    insert_one(&db, "doomed").await;
+    insert_one(&db, job("doomed"), t0()).await;
     db.cleanup().await;
     match backend {
         Backend::Sqlite => {

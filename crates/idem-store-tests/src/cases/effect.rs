@@ -2,10 +2,10 @@
 //! the unique key answers every repeat with the record of the claim that made the
 //! effect, and a claim that is not current cannot record a key.
 
-use idem_store::{EffectClaim, EffectClaimed, JobLock, JobRow, LeaseToken};
+use idem_store::{EffectClaim, EffectClaimed, JobLock, JobRow};
 
 use crate::TestDb;
-use crate::fixture::{at, job_in, reclaimed, running, t0};
+use crate::fixture::{at, get, job_in, reclaimed, running, t0};
 
 fn claim_of(key: &str, job: &JobRow) -> EffectClaim {
     EffectClaim {
@@ -66,15 +66,18 @@ pub async fn effect_claim_refuses_a_stale_claim(db: &TestDb) {
         .await
         .unwrap_err();
     assert!(err.is_lease_lost(), "{err}");
-    let lease: LeaseToken = current.lease_token();
     assert!(
         tx.effect_claim(claim_of("mail:1", &current))
             .await
             .expect("current")
             .is_new()
     );
-    assert_eq!(lease.fence, current.fence);
     tx.rollback().await.expect("rollback");
+    assert_eq!(
+        get(db, current.id).await.fence,
+        current.fence,
+        "the refused claim moved nothing"
+    );
 }
 
 /// `effect_others` lists the job's committed keys of the same kind other than the one

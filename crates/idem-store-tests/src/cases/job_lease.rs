@@ -20,7 +20,7 @@ use idem_store::{
 
 use crate::fixture::{
     LEASE_MS, QUEUE, assert_lease_lost, assert_waits_for, at, claim, complete, fail, get,
-    heartbeat, insert, job, job_in, outcomes, reclaimed, running, spawn_started, t0,
+    heartbeat, ids, insert, job, job_in, outcomes, reclaimed, running, spawn_started, t0,
 };
 use crate::harness::within;
 use crate::{TestDb, open_store};
@@ -104,7 +104,7 @@ pub async fn heartbeat_keeps_the_rescuer_away(db: &TestDb) {
         rescue(db, at(40_000)).await.is_empty(),
         "rescued within the extended lease"
     );
-    assert_eq!(ids(rescue(db, at(50_001)).await), vec![row.id]);
+    assert_eq!(ids(&rescue(db, at(50_001)).await), vec![row.id]);
 }
 
 /// `job_lock` on a current claim returns the job as stored and changes nothing.
@@ -302,8 +302,4 @@ async fn rescue(db: &TestDb, now: idem_store::Timestamp) -> Vec<idem_store::JobR
         now: Some(now),
     };
     db.store.job_rescue(params).await.expect("job_rescue")
-}
-
-fn ids(rows: Vec<idem_store::JobRow>) -> Vec<i64> {
-    rows.into_iter().map(|r| r.id).collect()
 }

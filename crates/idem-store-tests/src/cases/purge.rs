@@ -5,14 +5,14 @@
 //! bounded batches.
 
 use idem_store::{
-    EffectClaim, EffectClaimed, JobCompleteMany, JobInsert, JobLock, JobRow, NewJob, Purge,
-    PurgeTarget, Timestamp,
+    EffectClaim, EffectClaimed, JobCompleteMany, JobLock, JobRow, NewJob, Purge, PurgeTarget,
+    Timestamp,
 };
 
 use super::enqueue_key::{enqueue_one, keyed};
 use crate::TestDb;
 use crate::fixture::{
-    at, attempts, cancel, claim, complete, fail, get, insert_one, job_in, running, t0,
+    at, attempts, cancel, claim, complete, fail, get, insert, insert_one, job_in, running, t0,
 };
 
 /// Purges up to `limit` records of `target` older than `before`; how many went.
@@ -257,8 +257,9 @@ pub async fn purge_of_a_large_table_runs_in_bounded_batches(db: &TestDb) {
     let cutoff = at(100_000);
     let mut kept = fill_finished(db, "recent", 50, 50, 200_000).await;
     let available = (0..25).map(|_| job_in("live", "available")).collect();
-    kept.extend(insert_rows(db, available).await);
-    insert_rows(db, (0..25).map(|_| job_in("busy", "running")).collect()).await;
+    kept.extend(insert(db, available, t0()).await);
+    let busy = (0..25).map(|_| job_in("busy", "running")).collect();
+    insert(db, busy, t0()).await;
     kept.extend(claim(db, "busy", 25, t0()).await);
     let before = snapshot(db, &kept).await;
     let target = PurgeTarget::FinishedJobs;
@@ -292,17 +293,6 @@ pub async fn purge_of_a_large_table_runs_in_bounded_batches(db: &TestDb) {
     );
 }
 
-/// Inserts jobs without enqueue keys at [`t0`]; the rows in order.
-async fn insert_rows(db: &TestDb, jobs: Vec<NewJob>) -> Vec<JobRow> {
-    let params = JobInsert {
-        jobs,
-        now: Some(t0()),
-        ..JobInsert::default()
-    };
-    let rows = db.store.job_insert(params).await.expect("job_insert");
-    rows.into_iter().map(|e| e.job).collect()
-}
-
 /// `n` completed jobs of `queue`, inserted in one statement, claimed and completed
 /// `chunk` at a time; chunk `c` is finalized at `at(first_ms * (c + 1))`. Returns their
 /// claimed rows (for their ids).
@@ -313,7 +303,8 @@ async fn fill_finished(
     chunk: usize,
     first_ms: i64,
 ) -> Vec<JobRow> {
-    insert_rows(db, (0..n).map(|_| job_in(queue, "history")).collect()).await;
+    let history = (0..n).map(|_| job_in(queue, "history")).collect();
+    insert(db, history, t0()).await;
     let mut out = Vec::with_capacity(n);
     for c in 0..n / chunk {
         let claimed = claim(db, queue, chunk as u32, t0()).await;
