@@ -8,9 +8,14 @@ use common::*;
 use idem::{EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError};
 use idem_store_tests::harness::within;
 use idem_store_tests::{TestDb, open_store};
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{Barrier, mpsc};
 
 struct Invoice {
+    /// Holds every round of executions until both workers' slots are full, so the two
+    /// pools allocate at once.
+    round: Arc<Barrier>,
     done: mpsc::UnboundedSender<(i64, i64)>,
 }
 
@@ -25,6 +30,7 @@ impl Handler for Invoice {
     type Args = Order;
 
     async fn run(&self, cx: &mut JobContext, args: Order) -> Result<(), JobError> {
+        self.round.wait().await;
         let mut tx = cx.begin().await?;
         let key = EffectKey::new("invoice-number").part(args.order);
         let n = tx.next_number("invoice", &key).await?;
@@ -35,6 +41,8 @@ impl Handler for Invoice {
 }
 
 const ORDERS: i64 = 40;
+/// Jobs each worker runs at once; the 80 jobs are five full rounds of both workers.
+const SLOTS: usize = 8;
 
 async fn concurrent_allocations_number_each_order_once(db: &TestDb) {
     let idem = client(db, None);
@@ -43,13 +51,18 @@ async fn concurrent_allocations_number_each_order_once(db: &TestDb) {
         .collect();
     idem.enqueue_many(jobs).await.unwrap();
     let (done, mut done_rx) = mpsc::unbounded_channel();
+    let round = Arc::new(Barrier::new(2 * SLOTS));
     let mut running = Vec::new();
     for _ in 0..2 {
         let store = open_store(&db.url).await.expect("another pool");
         let mut w = Idem::from_store(store.clone())
-            .worker(config("inv", 8))
+            .worker(config("inv", SLOTS))
             .unwrap();
-        w.register(Invoice { done: done.clone() }).unwrap();
+        w.register(Invoice {
+            round: round.clone(),
+            done: done.clone(),
+        })
+        .unwrap();
         running.push((w.start(), store));
     }
     let mut by_order = std::collections::BTreeMap::new();
@@ -59,8 +72,12 @@ async fn concurrent_allocations_number_each_order_once(db: &TestDb) {
         assert_eq!(first, number, "order {order} got two numbers");
     }
     for (h, store) in running {
-        within(30, "shutdown", h.shutdown()).await;
+        let report = within(30, "shutdown", h.shutdown()).await;
         store.close().await;
+        assert_eq!(
+            report.completed, ORDERS as u64,
+            "each pool ran half: {report:?}"
+        );
     }
     let mut numbers: Vec<i64> = by_order.into_values().collect();
     numbers.sort_unstable();

@@ -369,16 +369,12 @@ async fn the_purger_deletes_only_what_is_past_retention(db: &TestDb) {
         })
         .unwrap();
     let effect_job = |k: &str| Job::new(EFFECT_KIND, serde_json::json!({})).enqueue_key(k);
-    let old = idem.enqueue(effect_job("old")).await.unwrap().id;
-    let (done, mut done_rx) = Once::new();
-    let mut w = idem.worker(config("default", 1)).unwrap();
-    w.register(WriteEffect { worker: "w", done }).unwrap();
-    let w = w.start();
-    within(30, "old job done", &mut done_rx).await.unwrap();
-    within(30, "shutdown", w.shutdown()).await;
-
+    let old = run_to_completion(&idem, effect_job("old")).await;
+    // The young job finishes a day and a second later and is an hour old when the purger
+    // runs: its row, key and effect record are inside every window.
     clock.advance(day + SECOND);
-    let young = idem.enqueue(effect_job("young")).await.unwrap().id;
+    let young = run_to_completion(&idem, effect_job("young")).await;
+    clock.advance(Duration::from_secs(3600));
     let live = idem
         .enqueue(Job::new("nobody-runs-this", serde_json::json!({})).queue("idle"))
         .await
@@ -398,18 +394,37 @@ async fn the_purger_deletes_only_what_is_past_retention(db: &TestDb) {
         idem.attempts(old).await.unwrap().is_empty(),
         "history purged with the job"
     );
-    assert!(idem.job(young).await.unwrap().is_some());
+    let young = common::job(&idem, young).await;
+    assert_eq!(
+        young.state,
+        JobState::Completed,
+        "a young finished job is kept"
+    );
+    assert_eq!(idem.attempts(young.id).await.unwrap().len(), 1);
     assert!(idem.job(live).await.unwrap().is_some());
     let keys = count(&idem, "SELECT count(*) FROM idem_enqueue_key").await;
     assert_eq!(keys, 1, "only the young key is left");
     let effect_records = count(&idem, "SELECT count(*) FROM idem_effect").await;
     assert_eq!(
-        effect_records, 0,
-        "the old effect record is past its window"
+        effect_records, 1,
+        "the old effect record is past its window, the young one is not"
     );
-    assert_eq!(effects(&idem).await.len(), 1, "effect data is never purged");
+    assert_eq!(effects(&idem).await.len(), 2, "effect data is never purged");
     let reused = idem.enqueue(effect_job("old")).await.unwrap();
     assert!(!reused.deduplicated, "a purged key is free");
+}
+
+/// Enqueues `job` (of the effect kind) and runs it to completion with a worker of its
+/// own; the job's id.
+async fn run_to_completion(idem: &Idem, job: Job) -> i64 {
+    let id = idem.enqueue(job).await.unwrap().id;
+    let (done, done_rx) = Once::new();
+    let mut w = idem.worker(config("default", 1)).unwrap();
+    w.register(WriteEffect { worker: "w", done }).unwrap();
+    let w = w.start();
+    within(30, "the effect job done", done_rx).await.unwrap();
+    within(30, "shutdown", w.shutdown()).await;
+    id
 }
 
 async fn count(idem: &Idem, sql: &str) -> i64 {
