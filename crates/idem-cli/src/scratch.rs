@@ -47,7 +47,8 @@ pub async fn open(
                 cleanup: Cleanup::TempDir(dir),
             })
         }
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+        Some(url) if idem::Backend::of_url(&url) == Some(idem::Backend::Postgres) => {
+            let url = url.trim().to_owned();
             let schema = format!("idem_{purpose}_{:08x}", rand::random::<u32>());
             let options = PgOptions {
                 schema: Some(schema.clone()),

@@ -182,7 +182,7 @@ impl PgStore {
 
 /// Parses `url` after checking it names PostgreSQL.
 fn connect_options(url: &str) -> StoreResult<PgConnectOptions> {
-    if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+    if Backend::of_url(url) != Some(Backend::Postgres) {
         return Err(StoreError::Config(format!(
             "{:?} is not a PostgreSQL URL; expected postgres://user:password@host:port/database \
              (or postgresql://…)",

@@ -53,6 +53,19 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The store a database URL names, by its scheme (`sqlite:`, `postgres://`,
+    /// `postgresql://`), ignoring surrounding whitespace; `None` for any other.
+    pub fn of_url(url: &str) -> Option<Backend> {
+        let url = url.trim();
+        if url.starts_with("sqlite:") {
+            Some(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Backend::Postgres)
+        } else {
+            None
+        }
+    }
+
     /// The short lowercase name (`sqlite`, `postgres`).
     pub fn name(self) -> &'static str {
         match self {
@@ -65,5 +78,21 @@ impl Backend {
 impl std::fmt::Display for Backend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backend;
+
+    #[test]
+    fn a_url_names_its_store_by_scheme() {
+        assert_eq!(Backend::of_url("sqlite://idem.db"), Some(Backend::Sqlite));
+        assert_eq!(Backend::of_url(" postgres://h/db"), Some(Backend::Postgres));
+        assert_eq!(
+            Backend::of_url("postgresql://h/db\n"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(Backend::of_url("mysql://h/db"), None);
     }
 }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use idem_postgres::{PgOptions, PgStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_store::{
-    AttemptRow, Enqueued, JobCancel, JobInsert, JobList, JobRescue, JobRow, LedgerMismatch,
-    QueueCount, SqlValue, Store, StoreTx,
+    AttemptRow, Backend, Enqueued, JobCancel, JobInsert, JobList, JobRescue, JobRow,
+    LedgerMismatch, QueueCount, SqlValue, Store, StoreTx,
 };
 
 use crate::clock::{Clock, DatabaseClock};
@@ -28,18 +28,16 @@ pub(crate) const RESCUE_BATCH: u32 = 1000;
 /// Opens the store named by `url` (not migrated).
 pub async fn connect_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
     let url = url.trim();
-    if url.starts_with("sqlite:") {
-        Ok(Arc::new(
+    match Backend::of_url(url) {
+        Some(Backend::Sqlite) => Ok(Arc::new(
             SqliteStore::connect(url, SqliteOptions::default()).await?,
-        ))
-    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(PgStore::connect(url, PgOptions::default()).await?))
-    } else {
-        Err(IdemError::Config(format!(
+        )),
+        Some(Backend::Postgres) => Ok(Arc::new(PgStore::connect(url, PgOptions::default()).await?)),
+        None => Err(IdemError::Config(format!(
             "unsupported database URL {:?}: use sqlite://path/to/file.db or \
              postgres://user@host:port/database",
             idem_postgres::redact(url)
-        )))
+        ))),
     }
 }
 

@@ -49,11 +49,13 @@ pub enum JobErrorKind {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct JobError {
-    /// Retry, permanent or lease lost.
+    /// Retry, permanent, snooze or lease lost.
     pub kind: JobErrorKind,
-    /// What went wrong, kept as the job's `last_error`.
+    /// What went wrong, kept in the attempt history and (except for a snooze) as the
+    /// job's `last_error`.
     pub message: String,
     /// For [`JobErrorKind::Retry`]: run again after this delay instead of the ladder's.
+    /// For [`JobErrorKind::Snooze`]: the snooze.
     pub retry_after: Option<Duration>,
 }
 

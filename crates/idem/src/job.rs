@@ -102,22 +102,23 @@ impl Job {
 
 /// Checks an enqueue key: 1–255 printable ASCII characters, spaces allowed.
 fn check_text(field: &str, value: &str) -> Result<(), IdemError> {
-    let printable = value.chars().all(|c| c == ' ' || c.is_ascii_graphic());
-    if value.is_empty() || value.len() > MAX_NAME_LEN || !printable {
-        return Err(IdemError::InvalidJob(format!(
-            "{field} {value:?} is not valid: use 1 to {MAX_NAME_LEN} printable ASCII characters"
-        )));
-    }
-    Ok(())
+    check_printable(field, value, true)
 }
 
-/// Checks a kind or queue name: 1–255 printable ASCII characters.
+/// Checks a kind or queue name: 1–255 printable ASCII characters without spaces.
 pub(crate) fn check_name(field: &str, value: &str) -> Result<(), IdemError> {
-    let printable = value.chars().all(|c| c.is_ascii_graphic());
+    check_printable(field, value, false)
+}
+
+fn check_printable(field: &str, value: &str, spaces: bool) -> Result<(), IdemError> {
+    let printable = value
+        .chars()
+        .all(|c| c.is_ascii_graphic() || (spaces && c == ' '));
     if value.is_empty() || value.len() > MAX_NAME_LEN || !printable {
+        let spaces = if spaces { "" } else { " without spaces" };
         return Err(IdemError::InvalidJob(format!(
             "{field} {value:?} is not valid: use 1 to {MAX_NAME_LEN} printable ASCII \
-             characters without spaces"
+             characters{spaces}"
         )));
     }
     Ok(())

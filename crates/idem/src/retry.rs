@@ -1,8 +1,9 @@
 //! The retry ladder: the explicit list of delays between attempts.
 //!
 //! The delay after failed attempt `n` (1-based) is rung `n`; a job with more attempts than
-//! rungs repeats the last rung. The ladder's length decides the default number of attempts
-//! (rungs + 1). A delay is jittered by up to ±`jitter` (10% by default) so that jobs
+//! rungs repeats the last rung. The default ladder's length decides
+//! [`DEFAULT_MAX_ATTEMPTS`] (rungs + 1); a job's attempts are its own `max_attempts`,
+//! capped by the worker's. A delay is jittered by up to ±`jitter` (10% by default) so that jobs
 //! failing together do not retry together.
 //!
 //! What must stay true: every realised delay lies within
