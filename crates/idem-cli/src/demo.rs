@@ -537,15 +537,7 @@ async fn busiest(idem: &Idem, fleet: &Fleet) -> anyhow::Result<usize> {
 }
 
 async fn scalar(idem: &Idem, sql: &str, ids: (i64, i64)) -> anyhow::Result<i64> {
-    scalar_of(idem, sql, &[ids.0.into(), ids.1.into()]).await
-}
-
-async fn scalar_of(idem: &Idem, sql: &str, args: &[SqlValue]) -> anyhow::Result<i64> {
-    let rows = idem.store().query(sql, args).await?;
-    match rows.first().and_then(|r| r.first()) {
-        Some(SqlValue::Int(n)) => Ok(*n),
-        other => bail!("unexpected result {other:?} for {sql}"),
-    }
+    crate::scratch::scalar(idem, sql, &[ids.0.into(), ids.1.into()]).await
 }
 
 async fn finished(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<usize> {
@@ -644,9 +636,9 @@ const CONFLICTS: &str = "SELECT count(*) FROM demo_order_move WHERE outcome = 'c
 const LEFT_BEHIND: &str = "SELECT count(*) FROM demo_order WHERE status <> 'receipted'";
 
 async fn verify_receipts(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Receipts> {
-    let all = |sql: &'static str| scalar_of(idem, sql, &[]);
+    let all = |sql: &'static str| crate::scratch::scalar(idem, sql, &[]);
     let moves = |outcome: &'static str| async move {
-        scalar_of(idem, MOVES, &[ids.0.into(), ids.1.into(), outcome.into()]).await
+        crate::scratch::scalar(idem, MOVES, &[ids.0.into(), ids.1.into(), outcome.into()]).await
     };
     Ok(Receipts {
         mails: all(MAILS).await?,
@@ -680,7 +672,7 @@ async fn verify(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Verdict> {
             .await?
             - 2 * q(TRANSFERS).await?,
         ledger_mismatches: idem.ledger_verify().await?.len(),
-        ledger_sum: scalar_of(idem, LEDGER_SUM, &[]).await?,
+        ledger_sum: crate::scratch::scalar(idem, LEDGER_SUM, &[]).await?,
         deduplicated: q("SELECT count(*) FROM idem_job j WHERE j.id BETWEEN $1 AND $2 \
                          AND j.kind = 'receipt-mail' AND j.state = 'completed' \
                          AND NOT EXISTS (SELECT 1 FROM demo_outbox o WHERE o.job_id = j.id)").await?,

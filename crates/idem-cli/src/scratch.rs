@@ -103,3 +103,12 @@ async fn drop_schema(idem: &Idem, schema: &str) {
         eprintln!("could not drop schema {schema}: {e}");
     }
 }
+
+/// The first column of the first row of a read statement, as an integer (a count, a sum).
+pub async fn scalar(idem: &idem::Idem, sql: &str, args: &[idem::SqlValue]) -> anyhow::Result<i64> {
+    let rows = idem.store().query(sql, args).await?;
+    match rows.first().and_then(|r| r.first()) {
+        Some(idem::SqlValue::Int(n)) => Ok(*n),
+        other => anyhow::bail!("unexpected result {other:?} for {sql}"),
+    }
+}

@@ -127,12 +127,46 @@ pub(crate) fn queue_counts(c: &Connection) -> StoreResult<Vec<QueueCount>> {
     rows(c, sql, [], row::queue_count)
 }
 
+/// The batch as the one JSON array `job/insert.sql` unpacks: `{kind, queue, args,
+/// priority, run_at (ms), max_attempts}`, plus `claim_worker` and `lease_ms` for a job
+/// inserted claimed.
+fn insert_json(p: &JobInsert) -> StoreResult<String> {
+    #[derive(serde::Serialize)]
+    struct Item<'a> {
+        kind: &'a str,
+        queue: &'a str,
+        args: &'a serde_json::Value,
+        priority: i16,
+        run_at: Option<i64>,
+        max_attempts: i32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        claim_worker: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<i64>,
+    }
+    let items: Vec<Item<'_>> = p
+        .jobs
+        .iter()
+        .map(|j| Item {
+            kind: &j.kind,
+            queue: &j.queue,
+            args: &j.args,
+            priority: j.priority,
+            run_at: j.run_at.map(ts_to_ms),
+            max_attempts: j.max_attempts,
+            claim_worker: j.claim.as_ref().map(|c| c.worker.as_str()),
+            lease_ms: j.claim.as_ref().map(|c| c.lease_ms),
+        })
+        .collect();
+    json_list(&items)
+}
+
 pub(crate) fn job_insert_rows(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
     if p.jobs.is_empty() {
         return Ok(Vec::new());
     }
     let sql = include_str!("../queries/job/insert.sql");
-    let args = params![p.to_json(ts_to_ms), p.now.map(ts_to_ms)];
+    let args = params![insert_json(&p)?, p.now.map(ts_to_ms)];
     let inserted = rows(c, sql, args, row::inserted)?;
     p.rows(inserted)
 }

@@ -171,42 +171,6 @@ pub struct InsertClaim {
 }
 
 impl JobInsert {
-    /// The batch as one JSON array of `{kind, queue, args, priority, run_at, max_attempts}`
-    /// (plus `claim_worker` and `lease_ms` for a job inserted claimed): the form in which
-    /// the SQLite store passes a batch to its single statement (PostgreSQL binds one array
-    /// per column instead). `run_at` is written by the store's own `run_at` encoder (its
-    /// dialect's time format).
-    pub fn to_json<T: Serialize>(&self, run_at: impl Fn(Timestamp) -> T) -> String {
-        #[derive(Serialize)]
-        struct Item<'a, T> {
-            kind: &'a str,
-            queue: &'a str,
-            args: &'a serde_json::Value,
-            priority: i16,
-            run_at: Option<T>,
-            max_attempts: i32,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            claim_worker: Option<&'a str>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            lease_ms: Option<i64>,
-        }
-        let items: Vec<Item<'_, T>> = self
-            .jobs
-            .iter()
-            .map(|j| Item {
-                kind: &j.kind,
-                queue: &j.queue,
-                args: &j.args,
-                priority: j.priority,
-                run_at: j.run_at.map(&run_at),
-                max_attempts: j.max_attempts,
-                claim_worker: j.claim.as_ref().map(|c| c.worker.as_str()),
-                lease_ms: j.claim.as_ref().map(|c| c.lease_ms),
-            })
-            .collect();
-        serde_json::to_string(&items).expect("a job batch always encodes as JSON")
-    }
-
     /// The inserted rows, from the jobs given and what the insert statement returned for
     /// each, in the same order: only the columns the database chose are read back, the
     /// rest (args above all) is not decoded again.

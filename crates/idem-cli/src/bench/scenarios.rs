@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use idem::{
-    Backend, EffectClass, Handler, Idem, Job, JobContext, JobError, SqlValue, Store, WorkerConfig,
+    Backend, EffectClass, Handler, Idem, Job, JobContext, JobError, Store, WorkerConfig,
     WorkerHandle,
 };
 use idem_store::{JobClaim, JobComplete, JobCompleteMany, JobInsert, JobLock, NewJob};
@@ -433,27 +433,10 @@ fn rss_mb() -> anyhow::Result<f64> {
     Ok(kb / 1024.0)
 }
 
-async fn scalar(db: &Scratch, sql: &str) -> anyhow::Result<i64> {
-    match db
-        .idem
-        .store()
-        .query(sql, &[])
-        .await?
-        .first()
-        .and_then(|r| r.first())
-    {
-        Some(SqlValue::Int(n)) => Ok(*n),
-        other => bail!("unexpected {other:?} from {sql}"),
-    }
-}
-
 async fn dead_tuples(db: &Scratch) -> anyhow::Result<i64> {
-    scalar(
-        db,
-        "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables \
-                WHERE relname = 'idem_job' AND schemaname = current_schema()",
-    )
-    .await
+    let sql = "SELECT coalesce(sum(n_dead_tup), 0)::bigint FROM pg_stat_user_tables \
+               WHERE relname = 'idem_job' AND schemaname = current_schema()";
+    crate::scratch::scalar(&db.idem, sql, &[]).await
 }
 
 async fn set_autovacuum(db: &Scratch, on: bool) -> anyhow::Result<()> {
@@ -495,7 +478,9 @@ pub async fn fill_history(db: &Scratch, n: u64) -> anyhow::Result<()> {
     let mut left = n;
     while left > 0 {
         let chunk = left.min(100_000);
-        let before = scalar(db, "SELECT coalesce(max(id), 0) FROM idem_job").await?;
+        let before =
+            crate::scratch::scalar(&db.idem, "SELECT coalesce(max(id), 0) FROM idem_job", &[])
+                .await?;
         let mut tx = db.idem.begin().await?;
         tx.execute(jobs, &[(chunk as i64).into()]).await?;
         tx.execute(attempts, &[before.into()]).await?;
