@@ -34,9 +34,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptRow, Backend, JobClaim, JobCompleteMany, JobDiscard, JobHeartbeat, JobInsert, JobList,
-    JobRetry, JobRow, LeaseRenewal, Purge, PurgeTarget, QueueCount, SqlValue, Store, StoreError,
-    StoreResult, StoreTx, Timestamp, Wakeups,
+    AttemptRow, Backend, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat,
+    JobInsert, JobList, JobRescue, JobRetry, JobRow, LeaseRenewal, Purge, PurgeTarget, QueueCount,
+    SqlValue, Store, StoreError, StoreResult, StoreTx, Timestamp, Wakeups,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
@@ -391,6 +391,18 @@ impl Store for PgStore {
 
     async fn job_complete_many(&self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
         single::job_complete_many(&self.pool, p).await
+    }
+
+    async fn job_complete(&self, p: JobComplete) -> StoreResult<JobRow> {
+        single::job_complete(&self.pool, p).await
+    }
+
+    async fn job_fail(&self, p: JobFail) -> StoreResult<JobRow> {
+        single::job_fail(&self.pool, p).await
+    }
+
+    async fn job_rescue(&self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
+        single::job_rescue(&self.pool, p).await
     }
 }
 

@@ -1,15 +1,18 @@
-//! The operations that are one statement each: insert, claim, heartbeat and
-//! complete-many. Each runs on any executor: inside a caller's transaction ([`crate::PgTx`])
+//! The operations that are one statement each: insert, claim, heartbeat, complete,
+//! complete-many, fail and rescue (each writes its attempt rows in the same statement). Each runs on any executor: inside a caller's transaction ([`crate::PgTx`])
 //! or straight on the pool, where the statement is its own transaction and costs one
 //! round trip instead of three (`BEGIN`, the statement, `COMMIT`). These are the hot
 //! path's statements.
 
 use idem_store::{
-    JobClaim, JobCompleteMany, JobHeartbeat, JobInsert, JobRow, LeaseRenewal, StoreError,
-    StoreResult,
+    JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobRescue, JobRow,
+    LeaseRenewal, LeaseToken, StoreError, StoreResult,
 };
+use sqlx::postgres::PgArguments;
 use sqlx::postgres::PgRow;
 use sqlx::{Executor, Postgres};
+
+type Query = sqlx::query::Query<'static, Postgres, PgArguments>;
 
 use crate::error::interpret_error;
 use crate::row;
@@ -66,6 +69,61 @@ where
         .map_err(interpret_error)?;
     let inserted = rows.iter().map(row::inserted).collect::<StoreResult<_>>()?;
     p.rows(inserted)
+}
+
+/// The job a guarded statement returned, or `LeaseLost` when it returned none.
+async fn guarded<'e, E>(ex: E, q: Query, lease: LeaseToken) -> StoreResult<JobRow>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    match q.fetch_optional(ex).await.map_err(interpret_error)? {
+        Some(r) => row::job(&r),
+        None => Err(StoreError::lease_lost(lease)),
+    }
+}
+
+/// Completes a job under its fence and records the attempt, in one statement.
+pub(crate) async fn job_complete<'e, E>(ex: E, p: JobComplete) -> StoreResult<JobRow>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let q = sqlx::query(include_str!("../queries/job/complete.sql"))
+        .bind(p.lease.job_id)
+        .bind(p.lease.fence)
+        .bind(p.now);
+    guarded(ex, q, p.lease).await
+}
+
+/// Records a failed (or snoozed) attempt under the fence, in one statement.
+pub(crate) async fn job_fail<'e, E>(ex: E, p: JobFail) -> StoreResult<JobRow>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let lease = p.lease;
+    let q = sqlx::query(include_str!("../queries/job/fail.sql"))
+        .bind(lease.job_id)
+        .bind(lease.fence)
+        .bind(p.retry_in_ms)
+        .bind(p.error)
+        .bind(p.now)
+        .bind(p.snooze);
+    guarded(ex, q, lease).await
+}
+
+/// Moves expired leases back and records each lost attempt, in one statement.
+pub(crate) async fn job_rescue<'e, E>(ex: E, p: JobRescue) -> StoreResult<Vec<JobRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../queries/job/rescue.sql"))
+        .bind(i64::from(p.limit))
+        .bind(p.retry_in_ms)
+        .bind(p.now)
+        .bind(p.max_attempts)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    row::sorted_jobs(rows)
 }
 
 pub(crate) async fn job_claim<'e, E>(ex: E, p: JobClaim) -> StoreResult<Vec<JobRow>>

@@ -16,7 +16,6 @@ use idem_store::{
     EnqueueKeyTake, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
     JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry, JobRow, LeaseRenewal, LeaseToken,
     LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreError, StoreResult, StoreTx,
-    Timestamp,
 };
 use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgPool, Postgres, Transaction};
@@ -73,31 +72,9 @@ impl PgTx {
         let q = sqlx::query(sql).bind(key.to_owned());
         self.fetch_guarded(q, lease, decode).await
     }
-
-    async fn record_attempt(&mut self, rec: AttemptRecord<'_>) -> StoreResult<()> {
-        sqlx::query(include_str!("../queries/job_attempt/insert.sql"))
-            .bind(rec.job_id)
-            .bind(rec.outcome.as_str())
-            .bind(rec.error)
-            .bind(rec.now)
-            .bind(rec.only_if_state)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(interpret_error)?;
-        Ok(())
-    }
 }
 
 type Query = sqlx::query::Query<'static, Postgres, PgArguments>;
-
-/// One attempt-history row to write for a job's current claim.
-struct AttemptRecord<'a> {
-    job_id: i64,
-    outcome: AttemptOutcome,
-    error: Option<&'a str>,
-    now: Option<Timestamp>,
-    only_if_state: Option<&'static str>,
-}
 
 #[async_trait]
 impl StoreTx for PgTx {
@@ -168,72 +145,29 @@ impl StoreTx for PgTx {
     }
 
     async fn job_complete(&mut self, p: JobComplete) -> StoreResult<JobRow> {
-        let q = sqlx::query(include_str!("../queries/job/complete.sql"))
-            .bind(p.lease.job_id)
-            .bind(p.lease.fence)
-            .bind(p.now);
-        let job = self.fetch_guarded(q, p.lease, row::job).await?;
-        self.record_attempt(AttemptRecord {
-            job_id: job.id,
-            outcome: AttemptOutcome::Completed,
-            error: None,
-            now: p.now,
-            only_if_state: None,
-        })
-        .await?;
-        Ok(job)
+        single::job_complete(&mut *self.tx, p).await
     }
 
     async fn job_fail(&mut self, p: JobFail) -> StoreResult<JobRow> {
-        let q = sqlx::query(include_str!("../queries/job/fail.sql"))
-            .bind(p.lease.job_id)
-            .bind(p.lease.fence)
-            .bind(p.retry_in_ms)
-            .bind(p.error.clone())
-            .bind(p.now)
-            .bind(p.snooze);
-        let job = self.fetch_guarded(q, p.lease, row::job).await?;
-        self.record_attempt(AttemptRecord {
-            job_id: job.id,
-            outcome: AttemptOutcome::of_failure(&job, p.snooze),
-            error: Some(&p.error),
-            now: p.now,
-            only_if_state: None,
-        })
-        .await?;
-        Ok(job)
+        single::job_fail(&mut *self.tx, p).await
     }
 
     async fn job_rescue(&mut self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
-        let q = sqlx::query(include_str!("../queries/job/rescue.sql"))
-            .bind(i64::from(p.limit))
-            .bind(p.retry_in_ms)
-            .bind(p.now)
-            .bind(p.max_attempts);
-        let rows = q.fetch_all(&mut *self.tx).await.map_err(interpret_error)?;
-        let jobs = row::sorted_jobs(rows)?;
-        for job in &jobs {
-            self.record_attempt(AttemptRecord {
-                job_id: job.id,
-                outcome: AttemptOutcome::LeaseExpired,
-                error: job.last_error.as_deref(),
-                now: p.now,
-                only_if_state: None,
-            })
-            .await?;
-        }
-        Ok(jobs)
+        single::job_rescue(&mut *self.tx, p).await
     }
 
     async fn job_cancel(&mut self, p: JobCancel) -> StoreResult<JobRow> {
-        self.record_attempt(AttemptRecord {
-            job_id: p.job_id,
-            outcome: AttemptOutcome::Cancelled,
-            error: Some("cancelled by an operator while running"),
-            now: p.now,
-            only_if_state: Some("running"),
-        })
-        .await?;
+        // The attempt of a running job first: the statement locks the row, so a cancel
+        // waits for a concurrent claim, completion or failure and sees its outcome.
+        sqlx::query(include_str!("../queries/job_attempt/insert.sql"))
+            .bind(p.job_id)
+            .bind(AttemptOutcome::Cancelled.as_str())
+            .bind("cancelled by an operator while running")
+            .bind(p.now)
+            .bind("running")
+            .execute(&mut *self.tx)
+            .await
+            .map_err(interpret_error)?;
         let row = sqlx::query(include_str!("../queries/job/cancel.sql"))
             .bind(p.job_id)
             .bind(p.now)

@@ -1,7 +1,18 @@
--- Completes job $1 if claim fence $2 is current; $3 timestamptz, NULL = database clock.
-UPDATE idem_job
-SET state = 'completed',
-    finalized_at = coalesce($3::timestamptz, now()),
-    lease_expires_at = NULL
-WHERE id = $1 AND fence = $2 AND state = 'running'
-RETURNING *
+-- Completes job $1 if claim fence $2 is current, and records the completed attempt, in one
+-- statement; $3 timestamptz, NULL = database clock. No row: the claim is not current and
+-- nothing was written.
+-- PostgreSQL dialect: the attempt row is written by a data-modifying CTE of the same
+-- statement (SQLite runs job_attempt/insert.sql after the update, in its transaction).
+WITH done AS (
+    UPDATE idem_job
+    SET state = 'completed',
+        finalized_at = coalesce($3::timestamptz, now()),
+        lease_expires_at = NULL
+    WHERE id = $1 AND fence = $2 AND state = 'running'
+    RETURNING *
+), recorded AS (
+    INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, error, started_at,
+                                  finished_at)
+    SELECT id, attempt, fence, 'completed', NULL, attempted_at, finalized_at FROM done
+)
+SELECT * FROM done

@@ -3,7 +3,8 @@
 -- job's max_attempts, or the cap $4 when lower; NULL = no cap).
 -- PostgreSQL dialect: the candidates are locked with FOR UPDATE SKIP LOCKED, so a job whose
 -- row an in-flight effect transaction holds (job/lock.sql) is skipped, not rescued under it;
--- the next sweep sees it again if its lease is still expired.
+-- the next sweep sees it again if its lease is still expired. Each rescued job's lost
+-- attempt (`lease_expired`) is recorded by a data-modifying CTE of the same statement.
 WITH picked AS (
     SELECT id FROM idem_job
     WHERE state = 'running'
@@ -11,17 +12,26 @@ WITH picked AS (
     ORDER BY lease_expires_at
     LIMIT $1
     FOR UPDATE SKIP LOCKED
+),
+done AS (
+    UPDATE idem_job
+    SET state = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts)) THEN 'dead' ELSE 'retryable' END,
+        run_at = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts)) THEN run_at
+                      ELSE coalesce($3::timestamptz, now()) + $2::bigint * interval '1 millisecond'
+                 END,
+        finalized_at = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts))
+                            THEN coalesce($3::timestamptz, now()) END,
+        last_error = 'lease expired: the worker holding fence ' || fence
+                     || ' stopped heartbeating (crashed, paused or partitioned)',
+        lease_expires_at = NULL
+    FROM picked
+    WHERE idem_job.id = picked.id
+    RETURNING idem_job.*
+), recorded AS (
+    INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, error, started_at,
+                                  finished_at)
+    SELECT id, attempt, fence, 'lease_expired', last_error, attempted_at,
+           coalesce($3::timestamptz, now())
+    FROM done
 )
-UPDATE idem_job
-SET state = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts)) THEN 'dead' ELSE 'retryable' END,
-    run_at = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts)) THEN run_at
-                  ELSE coalesce($3::timestamptz, now()) + $2::bigint * interval '1 millisecond'
-             END,
-    finalized_at = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts))
-                        THEN coalesce($3::timestamptz, now()) END,
-    last_error = 'lease expired: the worker holding fence ' || fence
-                 || ' stopped heartbeating (crashed, paused or partitioned)',
-    lease_expires_at = NULL
-FROM picked
-WHERE idem_job.id = picked.id
-RETURNING idem_job.*
+SELECT * FROM done
