@@ -30,9 +30,10 @@ where
     row.as_ref().map(row::job).transpose()
 }
 
-fn leases_json(leases: &[idem_store::LeaseToken]) -> StoreResult<String> {
-    serde_json::to_string(leases)
-        .map_err(|e| StoreError::Invalid(format!("cannot encode leases: {e}")))
+/// Leases as the two arrays (job ids, fences) the batch statements unnest: bound in the
+/// binary protocol, no JSON to print and parse on the hot path.
+fn lease_columns(leases: &[LeaseToken]) -> (Vec<i64>, Vec<i64>) {
+    leases.iter().map(|l| (l.job_id, l.fence)).unzip()
 }
 
 pub(crate) async fn job_insert<'e, E>(ex: E, p: JobInsert) -> StoreResult<Vec<JobRow>>
@@ -149,8 +150,10 @@ where
     if p.leases.is_empty() {
         return Ok(Vec::new());
     }
+    let (ids, fences) = lease_columns(&p.leases);
     let rows = sqlx::query(include_str!("../queries/job/heartbeat.sql"))
-        .bind(leases_json(&p.leases)?)
+        .bind(ids)
+        .bind(fences)
         .bind(p.lease_ms)
         .bind(p.now)
         .fetch_all(ex)
@@ -174,8 +177,10 @@ where
     if p.leases.is_empty() {
         return Ok(Vec::new());
     }
+    let (ids, fences) = lease_columns(&p.leases);
     sqlx::query_scalar(include_str!("../queries/job/complete_many.sql"))
-        .bind(leases_json(&p.leases)?)
+        .bind(ids)
+        .bind(fences)
         .bind(p.now)
         .fetch_all(ex)
         .await

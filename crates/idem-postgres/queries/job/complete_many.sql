@@ -1,17 +1,18 @@
--- Completes, in one statement, every job in $1 (JSON array of {job_id, fence}) whose claim
--- is current, and records each completed attempt; $2 timestamptz, NULL = database clock.
+-- Completes, in one statement, every job in $1/$2 (job ids and their fences, bigint[]
+-- each) whose claim is current, and records each completed attempt; $3 timestamptz, NULL
+-- = database clock.
 -- Returns the ids completed: a lease missing from the result was no longer current and
 -- nothing was written for it.
--- PostgreSQL dialect: the leases are unpacked with jsonb_to_recordset and joined with
--- UPDATE ... FROM, and the attempt rows are written by a data-modifying CTE of the same
+-- PostgreSQL dialect: the leases arrive as two arrays in the binary protocol, unpacked
+-- with unnest and joined with UPDATE ... FROM (SQLite: a JSON array and json_each), and the attempt rows are written by a data-modifying CTE of the same
 -- statement, so the whole batch is one round trip (SQLite, which has no data-modifying
 -- CTEs, runs job_attempt/insert_completed.sql after this statement in its transaction).
 WITH done AS (
     UPDATE idem_job
     SET state = 'completed',
-        finalized_at = coalesce($2::timestamptz, now()),
+        finalized_at = coalesce($3::timestamptz, now()),
         lease_expires_at = NULL
-    FROM jsonb_to_recordset($1::jsonb) AS l(job_id bigint, fence bigint)
+    FROM unnest($1::bigint[], $2::bigint[]) AS l(job_id, fence)
     WHERE idem_job.state = 'running'
       AND idem_job.id = l.job_id
       AND idem_job.fence = l.fence
