@@ -6,10 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use idem::{DeadFilter, Idem, JobList, JobState, PurgeTarget};
+use idem::{DeadFilter, Idem, JobState, PurgeTarget};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::ops::{connect, print_jobs, show_job};
+use crate::ops::{FilterArgs, ListArgs, connect, print_jobs, show_job};
 
 /// `idem dead …`.
 #[derive(Subcommand)]
@@ -17,13 +17,7 @@ pub enum DeadCommand {
     /// List dead jobs, newest first
     List {
         #[command(flatten)]
-        filter: FilterArgs,
-        /// Only ids below this one (pagination)
-        #[arg(long)]
-        before: Option<i64>,
-        /// At most this many
-        #[arg(long, default_value_t = 50)]
-        limit: u32,
+        list: ListArgs,
     },
     /// Show one dead job with its last error and every attempt
     Show {
@@ -40,17 +34,6 @@ pub enum DeadCommand {
         #[arg(long)]
         yes: bool,
     },
-}
-
-/// Filters of the dead jobs a command takes.
-#[derive(Args, Clone)]
-pub struct FilterArgs {
-    /// Only this queue
-    #[arg(long)]
-    queue: Option<String>,
-    /// Only this kind
-    #[arg(long)]
-    kind: Option<String>,
 }
 
 /// Which dead jobs a bulk action takes: listed ids, or `--all` matching the filters.
@@ -90,19 +73,8 @@ impl Selection {
 pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
     let idem = connect(url).await?;
     match cmd {
-        DeadCommand::List {
-            filter,
-            before,
-            limit,
-        } => {
-            let list = JobList {
-                state: Some(JobState::Dead),
-                queue: filter.queue,
-                kind: filter.kind,
-                before_id: before,
-                limit,
-            };
-            print_jobs(&idem.jobs(list).await?);
+        DeadCommand::List { list } => {
+            print_jobs(&idem.jobs(list.of_state(Some(JobState::Dead))).await?);
         }
         DeadCommand::Show { id } => {
             let job = show_job(&idem, id).await?;

@@ -77,18 +77,8 @@ pub enum JobsCommand {
         /// Only this state (scheduled, available, running, retryable, completed, dead, cancelled)
         #[arg(long)]
         state: Option<String>,
-        /// Only this queue
-        #[arg(long)]
-        queue: Option<String>,
-        /// Only this kind
-        #[arg(long)]
-        kind: Option<String>,
-        /// Only ids below this one (pagination)
-        #[arg(long)]
-        before: Option<i64>,
-        /// At most this many
-        #[arg(long, default_value_t = 50)]
-        limit: u32,
+        #[command(flatten)]
+        list: ListArgs,
     },
     /// Show one job with its attempts
     Show {
@@ -102,26 +92,50 @@ pub enum JobsCommand {
     },
 }
 
+/// Filters of a job list or a bulk action: queue and kind.
+#[derive(Args, Clone)]
+pub struct FilterArgs {
+    /// Only this queue
+    #[arg(long)]
+    pub queue: Option<String>,
+    /// Only this kind
+    #[arg(long)]
+    pub kind: Option<String>,
+}
+
+/// A page of a job list: filters, where the page starts, how long it is.
+#[derive(Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Only ids below this one (pagination)
+    #[arg(long)]
+    before: Option<i64>,
+    /// At most this many
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+}
+
+impl ListArgs {
+    /// The list of jobs in `state` (any state when `None`) these arguments ask for.
+    pub fn of_state(self, state: Option<JobState>) -> JobList {
+        JobList {
+            state,
+            queue: self.filter.queue,
+            kind: self.filter.kind,
+            before_id: self.before,
+            limit: self.limit,
+        }
+    }
+}
+
 /// `idem jobs …`.
 pub async fn jobs(url: &str, cmd: JobsCommand) -> anyhow::Result<ExitCode> {
     let idem = connect(url).await?;
     match cmd {
-        JobsCommand::List {
-            state,
-            queue,
-            kind,
-            before,
-            limit,
-        } => {
+        JobsCommand::List { state, list } => {
             let state = state.map(|s| s.parse::<JobState>()).transpose()?;
-            let filter = JobList {
-                state,
-                queue,
-                kind,
-                before_id: before,
-                limit,
-            };
-            print_jobs(&idem.jobs(filter).await?);
+            print_jobs(&idem.jobs(list.of_state(state)).await?);
         }
         JobsCommand::Show { id } => {
             show_job(&idem, id).await?;

@@ -77,16 +77,7 @@ async fn enqueue(db: &Scratch, n: usize, batch: usize, s: Scenario) -> anyhow::R
     }
     let engine = per_second(n, started.elapsed());
     let started = Instant::now();
-    for chunk in (0..n).collect::<Vec<_>>().chunks(batch) {
-        let jobs = chunk.iter().map(|i| new_job(&q_ceiling, *i)).collect();
-        db.idem
-            .store()
-            .job_insert(JobInsert {
-                jobs,
-                ..JobInsert::default()
-            })
-            .await?;
-    }
+    insert_jobs(db.idem.store().as_ref(), &q_ceiling, n, batch).await?;
     let ceiling = per_second(n, started.elapsed());
     let mut f = figure(s, "enqueue rate", engine, "jobs/s");
     f.ceiling = Some(ceiling);
@@ -96,7 +87,12 @@ async fn enqueue(db: &Scratch, n: usize, batch: usize, s: Scenario) -> anyhow::R
 
 /// Inserts `n` jobs into `queue`, untimed.
 async fn seed(store: &dyn Store, queue: &str, n: usize) -> anyhow::Result<()> {
-    for chunk in (0..n).collect::<Vec<_>>().chunks(SEED_BATCH) {
+    insert_jobs(store, queue, n, SEED_BATCH).await
+}
+
+/// Inserts `n` jobs into `queue` through the store, `batch` per statement.
+async fn insert_jobs(store: &dyn Store, queue: &str, n: usize, batch: usize) -> anyhow::Result<()> {
+    for chunk in (0..n).collect::<Vec<_>>().chunks(batch) {
         let jobs = chunk.iter().map(|i| new_job(queue, *i)).collect();
         store
             .job_insert(JobInsert {
