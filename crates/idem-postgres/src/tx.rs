@@ -273,7 +273,6 @@ impl StoreTx for PgTx {
         for a in accounts {
             sqlx::query(include_str!("../queries/ledger/set_balance.sql"))
                 .bind(&a.account)
-                .bind(None::<idem_store::Timestamp>)
                 .execute(&mut *self.tx)
                 .await
                 .map_err(interpret_error)?;
