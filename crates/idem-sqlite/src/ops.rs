@@ -366,8 +366,7 @@ pub(crate) fn ledger_rebuild(c: &Connection, accounts: &[LedgerMismatch]) -> Sto
         .prepare_cached(include_str!("../queries/ledger/set_balance.sql"))
         .map_err(interpret_error)?;
     for a in accounts {
-        stmt.execute(params![a.account])
-            .map_err(interpret_error)?;
+        stmt.execute(params![a.account]).map_err(interpret_error)?;
     }
     Ok(())
 }
