@@ -310,3 +310,33 @@ pub async fn pg_wait_until_blocked_by(db: &TestDb, tx: &mut Box<dyn idem_store::
         tokio::task::yield_now().await;
     }
 }
+
+/// PostgreSQL only: a gate that pauses every later `INSERT` statement on `table`, in
+/// this schema, at the end of the statement (after its `ON CONFLICT` was decided), until
+/// the returned transaction ends. It replays a race between a statement and the next
+/// one of the same transaction deterministically: the inserter blocks on an advisory
+/// lock the gate holds (one per schema, so parallel tests never share it), which
+/// [`assert_waits_for`] sees.
+pub async fn pg_gate_after_insert(db: &TestDb, table: &str) -> Box<dyn idem_store::StoreTx> {
+    assert_eq!(
+        db.backend,
+        crate::Backend::Postgres,
+        "a PostgreSQL-only gate"
+    );
+    let function = format!(
+        "CREATE FUNCTION test_gate_{table}() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_advisory_xact_lock_shared(hashtext(current_schema())); RETURN NULL; END $$"
+    );
+    let trigger = format!(
+        "CREATE TRIGGER test_gate AFTER INSERT ON {table} \
+         FOR EACH STATEMENT EXECUTE FUNCTION test_gate_{table}()"
+    );
+    let mut setup = db.store.begin().await.expect("begin");
+    setup.execute(&function, &[]).await.expect("gate function");
+    setup.execute(&trigger, &[]).await.expect("gate trigger");
+    setup.commit().await.expect("commit the gate");
+    let mut gate = db.store.begin().await.expect("begin");
+    let lock = "SELECT pg_advisory_xact_lock(hashtext(current_schema()))";
+    gate.query(lock, &[]).await.expect("close the gate");
+    gate
+}

@@ -79,3 +79,16 @@ macro_rules! store_cases {
         )+
     };
 }
+
+/// Declares, for each named case in scope, one test on PostgreSQL only:
+/// `postgres_only::case`. For races that only a store with concurrent writers can have
+/// (SQLite's single writer serialises every write transaction), replayed with the
+/// PostgreSQL-only signals of [`fixture`].
+#[macro_export]
+macro_rules! postgres_cases {
+    ($($case:ident),+ $(,)?) => {
+        mod postgres_only {
+            $crate::store_cases!(@backend Postgres; $($case),+);
+        }
+    };
+}

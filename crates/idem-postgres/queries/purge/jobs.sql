@@ -2,12 +2,18 @@
 -- first, with their attempt history and any enqueue key they still hold (a key outlived
 -- by its job's retention is past its window already); returns how many jobs.
 -- PostgreSQL dialect: one statement with data-modifying CTEs (SQLite: three statements).
+-- The state and finalization predicates stand on the outer DELETE as well as in the
+-- subquery that picks the oldest: a delete that waited for a row another transaction
+-- changed (an operator's retry of a dead job) re-checks only its own WHERE against the
+-- new row version, never the subquery's.
 WITH gone AS (
     DELETE FROM idem_job
     WHERE id IN (SELECT id FROM idem_job
                  WHERE finalized_at < $1 AND state = ANY($3::text[])
                  ORDER BY finalized_at
                  LIMIT $2)
+      AND finalized_at < $1
+      AND state = ANY($3::text[])
     RETURNING id
 ), attempts AS (
     DELETE FROM idem_job_attempt WHERE job_id IN (SELECT id FROM gone)

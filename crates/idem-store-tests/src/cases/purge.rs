@@ -5,15 +5,17 @@
 //! bounded batches.
 
 use idem_store::{
-    EffectClaim, EffectClaimed, JobCompleteMany, JobLock, JobRow, NewJob, Purge, PurgeTarget,
-    Timestamp,
+    EffectClaim, EffectClaimed, JobCompleteMany, JobLock, JobRetry, JobRow, JobState, NewJob,
+    Purge, PurgeTarget, Timestamp,
 };
 
-use super::enqueue_key::{enqueue_one, keyed};
+use super::enqueue_key::{WINDOW_MS, enqueue_one, enqueue_params, keyed};
 use crate::TestDb;
 use crate::fixture::{
-    at, attempts, cancel, claim, complete, fail, get, insert, insert_one, job_in, running, t0,
+    assert_waits_for, at, attempts, cancel, claim, complete, fail, get, ids, insert, insert_one,
+    job_in, running, spawn_started, t0,
 };
+use crate::harness::within;
 
 /// Purges up to `limit` records of `target` older than `before`; how many went.
 async fn purge(db: &TestDb, target: PurgeTarget, before: Timestamp, limit: u32) -> u64 {
@@ -338,4 +340,74 @@ pub async fn purge_of_a_job_frees_its_enqueue_key(db: &TestDb) {
     let repeat = enqueue_one(db, keyed("q", "keyed", "k"), at(4)).await;
     assert!(repeat.deduplicated);
     assert_eq!(repeat.job.id, again.job.id);
+}
+
+/// Starts a purge of up to 10 records of `target` older than `before` on another
+/// connection; returns once the task runs.
+async fn spawn_purge(
+    db: &TestDb,
+    target: PurgeTarget,
+    before: Timestamp,
+) -> tokio::task::JoinHandle<idem_store::StoreResult<u64>> {
+    let store = db.store.clone();
+    let params = Purge {
+        target,
+        before,
+        limit: 10,
+    };
+    spawn_started(async move { store.purge(params).await }).await
+}
+
+/// A purge that picked a dead job past its retention while an operator's retry of it
+/// was in flight leaves the job alone once the retry commits: on PostgreSQL the delete
+/// waits for the retried row and re-checks state and finalization on it (a decision
+/// made in a subquery would not be re-checked), on SQLite the purge queues behind the
+/// retry. The job, its history and its enqueue key survive.
+pub async fn purge_spares_a_dead_job_retried_meanwhile(db: &TestDb) {
+    let held = enqueue_one(db, keyed("rd", "dead", "rd-1"), t0()).await.job;
+    let claimed = claim(db, "rd", 1, t0()).await;
+    assert_eq!(ids(&claimed), vec![held.id]);
+    fail(db, claimed[0].lease_token(), None, at(1_000))
+        .await
+        .expect("fail to dead");
+    let mut retry = db.store.begin().await.expect("begin");
+    let params = JobRetry {
+        ids: vec![held.id],
+        now: Some(at(5_000)),
+    };
+    let retried = retry.job_retry(params).await.expect("job_retry");
+    assert_eq!(ids(&retried), vec![held.id]);
+    let purge = spawn_purge(db, PurgeTarget::DeadJobs, at(10_000)).await;
+    assert_waits_for(db, &mut retry, &purge).await;
+    retry.commit().await.expect("commit the retry");
+    let purged = within(30, "the purge", purge).await.expect("purge task");
+    assert_eq!(purged.expect("purge"), 0, "the retried job is not dead");
+    assert_eq!(get(db, held.id).await.state, JobState::Available);
+    assert_eq!(attempts(db, held.id).await.len(), 1, "its history is kept");
+    let again = enqueue_one(db, keyed("rd", "dead", "rd-1"), at(6_000)).await;
+    assert!(again.deduplicated, "its enqueue key is kept");
+    assert_eq!(again.job.id, held.id);
+}
+
+/// A purge that picked an enqueue key past its window while a new enqueue was taking the
+/// key over (with a fresh time) leaves the key to the new job once that commits: the
+/// next enqueue with the key is deduplicated to it, never a second job.
+pub async fn purge_spares_an_enqueue_key_taken_over_meanwhile(db: &TestDb) {
+    enqueue_one(db, keyed("rk", "first", "rk-1"), t0()).await;
+    let later = at(WINDOW_MS + 1_000);
+    let mut take = db.store.begin().await.expect("begin");
+    let taken = take
+        .job_insert(enqueue_params(vec![keyed("rk", "second", "rk-1")], later))
+        .await
+        .expect("job_insert")
+        .remove(0);
+    assert!(!taken.deduplicated, "the lapsed key goes to the new job");
+    let purge = spawn_purge(db, PurgeTarget::EnqueueKeys, at(1_000)).await;
+    assert_waits_for(db, &mut take, &purge).await;
+    take.commit().await.expect("commit the take-over");
+    let purged = within(30, "the purge", purge).await.expect("purge task");
+    assert_eq!(purged.expect("purge"), 0, "the key was taken over");
+    let again = enqueue_one(db, keyed("rk", "third", "rk-1"), at(WINDOW_MS + 2_000)).await;
+    assert!(again.deduplicated, "the key still deduplicates");
+    assert_eq!(again.job.id, taken.job.id);
 }
