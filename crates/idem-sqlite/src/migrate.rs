@@ -14,6 +14,8 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0003_ledger.sql"),
         include_str!("../migrations/0004_counter.sql"),
         include_str!("../migrations/0005_enqueue_key.sql"),
+        include_str!("../migrations/0006_counter_number_key.sql"),
+        include_str!("../migrations/0007_enqueue_key_window.sql"),
     ])
 }
 

@@ -12,6 +12,7 @@ idem_store_tests::store_cases!(
     // counter
     counter_numbers_have_no_gaps_and_repeat_per_key,
     counter_next_refuses_a_stale_claim,
+    counter_one_key_numbers_on_two_counters,
     // effect
     effect_claim_commits_with_its_transaction,
     effect_claim_refuses_a_stale_claim,
@@ -99,6 +100,7 @@ idem_store_tests::store_cases!(
     // enqueue_key
     enqueue_key_dedups_inside_the_window,
     enqueue_key_is_free_again_after_the_window,
+    enqueue_key_window_runs_from_the_jobs_run_at,
     enqueue_key_twice_in_one_batch_is_one_job,
     enqueue_key_batch_keeps_the_input_order,
     enqueue_key_follows_the_callers_transaction,
@@ -122,4 +124,6 @@ idem_store_tests::store_cases!(
     purge_enqueue_keys_created_before_the_cutoff,
     purge_of_a_large_table_runs_in_bounded_batches,
     purge_of_a_job_frees_its_enqueue_key,
+    purge_spares_a_dead_job_retried_meanwhile,
+    purge_spares_an_enqueue_key_taken_over_meanwhile,
 );

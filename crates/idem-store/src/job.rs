@@ -148,9 +148,10 @@ pub struct NewJob {
     pub run_at: Option<Timestamp>,
     /// Attempts allowed (≥ 1).
     pub max_attempts: i32,
-    /// Producer-supplied key that makes the enqueue idempotent per queue: while a job with
-    /// the same `(queue, enqueue_key)` was enqueued inside the window, the insert returns
-    /// that job instead, marked deduplicated.
+    /// Producer-supplied key that makes the enqueue idempotent per queue: while the job
+    /// holding the same `(queue, enqueue_key)` is inside its window, the insert returns
+    /// that job instead, marked deduplicated. A key's window runs from the later of its
+    /// creation and its job's `run_at`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enqueue_key: Option<String>,
     /// Insert the job already claimed by `worker` (running, attempt 1, fence 1, leased
@@ -237,8 +238,9 @@ pub struct Inserted {
 pub struct JobInsert {
     /// The jobs, in order; the result has the same order.
     pub jobs: Vec<NewJob>,
-    /// How long an enqueue key deduplicates, in milliseconds: a key taken more than this
-    /// long before `now` is free again.
+    /// How long an enqueue key deduplicates, in milliseconds: a key whose window started
+    /// (the later of its creation and its job's `run_at`) more than this long before
+    /// `now` is free again.
     pub key_window_ms: i64,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
@@ -267,7 +269,8 @@ pub struct Enqueued {
 pub struct EnqueueKeyTake {
     /// `(queue, key, job_id)` of each new job with a key; no `(queue, key)` twice.
     pub keys: Vec<(String, String, i64)>,
-    /// A key taken more than this many milliseconds before `now` is free again.
+    /// A key whose window started (the later of its creation and its job's `run_at`) more
+    /// than this many milliseconds before `now` is free again.
     pub window_ms: i64,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,

@@ -30,7 +30,8 @@ pub struct JobDiscard {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PurgeTarget {
-    /// Enqueue keys (`idem_enqueue_key`) created before the cutoff.
+    /// Enqueue keys (`idem_enqueue_key`) whose window started before the cutoff (the
+    /// later of the key's creation and its job's `run_at`).
     EnqueueKeys,
     /// Effect dedup records (`idem_effect`) created before the cutoff.
     EffectKeys,
@@ -73,7 +74,8 @@ impl std::fmt::Display for PurgeTarget {
 pub struct Purge {
     /// What to delete.
     pub target: PurgeTarget,
-    /// Records created (keys) or finalized (jobs) strictly before this time.
+    /// Records created (effect keys), whose window started (enqueue keys) or finalized
+    /// (jobs) strictly before this time.
     pub before: Timestamp,
     /// At most this many records (jobs count, not their attempts).
     pub limit: u32,

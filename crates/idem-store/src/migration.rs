@@ -29,7 +29,7 @@ impl Migration {
 }
 
 /// How many migrations this build has.
-pub const COUNT: usize = 5;
+pub const COUNT: usize = 7;
 
 /// Every migration's version and name, the same on every store, in order.
 pub const NAMES: [(i64, &str); COUNT] = [
@@ -38,6 +38,8 @@ pub const NAMES: [(i64, &str); COUNT] = [
     (3, "ledger"),
     (4, "counter"),
     (5, "enqueue_key"),
+    (6, "counter_number_key"),
+    (7, "enqueue_key_window"),
 ];
 
 /// A store's migrations: `sql[i]` is the store's SQL for `NAMES[i]`. A store that lacks

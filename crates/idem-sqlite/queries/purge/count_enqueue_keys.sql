@@ -1,2 +1,2 @@
--- How many enqueue keys were taken before ?1 (ms).
-SELECT count(*) FROM idem_enqueue_key WHERE created_at < ?1
+-- How many enqueue keys' windows started before ?1 (ms).
+SELECT count(*) FROM idem_enqueue_key WHERE window_start < ?1

@@ -93,3 +93,21 @@ pub async fn counter_next_refuses_a_stale_claim(db: &TestDb) {
     );
     tx.rollback().await.expect("rollback");
 }
+
+/// One effect key holds a number on each of several counters (an order's invoice number
+/// and its receipt number), each allocated once.
+pub async fn counter_one_key_numbers_on_two_counters(db: &TestDb) {
+    let job = running(db, job_in("c3", "order"), t0()).await;
+    let assigned = |number, new| CounterAssigned { number, new };
+    let mut tx = db.store.begin().await.expect("begin");
+    for (counter, want) in [
+        ("invoice", assigned(1, true)),
+        ("receipt", assigned(1, true)),
+        ("invoice", assigned(1, false)),
+        ("receipt", assigned(1, false)),
+    ] {
+        let got = tx.counter_next(next(&job, counter, "order:7")).await;
+        assert_eq!(got.expect(counter), want, "{counter}");
+    }
+    tx.commit().await.expect("commit");
+}

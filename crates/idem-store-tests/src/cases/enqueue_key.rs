@@ -116,6 +116,43 @@ pub async fn enqueue_key_is_free_again_after_the_window(db: &TestDb) {
     assert_eq!(stored, vec![first.job.id, outside.job.id]);
 }
 
+/// A key's window runs from the later of its creation and its job's `run_at`: the key of
+/// a job scheduled beyond the window still deduplicates a re-sent request after the
+/// window has passed since its creation, until the window has passed since the job's
+/// `run_at`; and a purge with a cutoff between the two leaves it.
+pub async fn enqueue_key_window_runs_from_the_jobs_run_at(db: &TestDb) {
+    let run_at = at(4 * WINDOW_MS);
+    let scheduled = NewJob {
+        run_at: Some(run_at),
+        ..keyed(QUEUE, "report", "month:2030-06")
+    };
+    let first = enqueue_one(db, scheduled, t0()).await;
+    assert_eq!(first.job.state, JobState::Scheduled);
+    let resent = enqueue_one(
+        db,
+        keyed(QUEUE, "report", "month:2030-06"),
+        at(2 * WINDOW_MS),
+    )
+    .await;
+    assert!(resent.deduplicated, "before the job ran: {resent:?}");
+    assert_eq!(resent.job.id, first.job.id);
+    let purge = idem_store::Purge {
+        target: idem_store::PurgeTarget::EnqueueKeys,
+        before: at(3 * WINDOW_MS),
+        limit: 10,
+    };
+    assert_eq!(db.store.purge(purge).await.expect("purge"), 0);
+    let edge = run_at + chrono::Duration::milliseconds(WINDOW_MS);
+    let inside = enqueue_one(db, keyed(QUEUE, "report", "month:2030-06"), edge).await;
+    assert!(inside.deduplicated, "a window after run_at: {inside:?}");
+    let after = edge + chrono::Duration::milliseconds(1);
+    let outside = enqueue_one(db, keyed(QUEUE, "report", "month:2030-06"), after).await;
+    assert!(
+        !outside.deduplicated,
+        "past the window after run_at: {outside:?}"
+    );
+}
+
 /// The same `(queue, key)` twice in one batch is one job: the later position returns the
 /// earlier one's job, marked deduplicated.
 pub async fn enqueue_key_twice_in_one_batch_is_one_job(db: &TestDb) {
