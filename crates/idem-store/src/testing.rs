@@ -1,8 +1,13 @@
-//! What the PostgreSQL tests of every crate do when `IDEM_TEST_PG_URL` is or is not set:
-//! one rule, so no crate's PostgreSQL test can skip silently in CI.
+//! What the PostgreSQL tests of every crate do when `IDEM_TEST_PG_URL` (or the TLS
+//! tests' `IDEM_TEST_PG_TLS_URL`) is or is not set: one rule, so no crate's PostgreSQL
+//! test can skip silently in CI.
 
 /// The variable naming the PostgreSQL server the tests may create schemas on.
 pub const PG_URL_ENV: &str = "IDEM_TEST_PG_URL";
+
+/// The variable naming the same kind of server reached over TLS with the server's
+/// certificate verified, e.g. `postgres://postgres@localhost:5432/test?sslmode=verify-full&sslrootcert=/etc/ssl/certs/ssl-cert-snakeoil.pem`.
+pub const PG_TLS_URL_ENV: &str = "IDEM_TEST_PG_TLS_URL";
 
 /// What the PostgreSQL tests do, given `IDEM_TEST_PG_URL` and `CI`.
 #[derive(Debug, PartialEq, Eq)]
@@ -15,29 +20,38 @@ pub enum PgUrlChoice {
     Fail(String),
 }
 
-/// The decision for a URL variable's value and the `CI` variable's value: run when a URL
-/// is given, fail under CI without one, else skip with a notice.
+/// The decision for `IDEM_TEST_PG_URL`'s value and the `CI` variable's value: run when a
+/// URL is given, fail under CI without one, else skip with a notice.
 pub fn pg_url_choice(url: Option<String>, ci: Option<String>) -> PgUrlChoice {
+    url_choice(PG_URL_ENV, url, ci)
+}
+
+/// [`pg_url_choice`] for the URL variable `var`.
+pub fn url_choice(var: &str, url: Option<String>, ci: Option<String>) -> PgUrlChoice {
     if let Some(url) = url.filter(|u| !u.trim().is_empty()) {
         return PgUrlChoice::Use(url);
     }
     let in_ci = ci.is_some_and(|v| !matches!(v.trim(), "" | "0" | "false"));
     if in_ci {
         return PgUrlChoice::Fail(format!(
-            "{PG_URL_ENV} is not set but CI is: the PostgreSQL conformance tests must run in \
-             CI. Set {PG_URL_ENV}=postgres://user@host:port/db (a server the tests may create \
-             schemas on)."
+            "{var} is not set but CI is: the PostgreSQL tests must run in CI. Set \
+             {var}=postgres://user@host:port/db (a server the tests may create schemas on)."
         ));
     }
     PgUrlChoice::Skip(format!(
-        "NOTICE: {PG_URL_ENV} is not set: the PostgreSQL store tests are SKIPPED. Set \
-         {PG_URL_ENV}=postgres://postgres@127.0.0.1:5432/test to run them."
+        "NOTICE: {var} is not set: the PostgreSQL tests that need it are SKIPPED. Set \
+         {var}=postgres://postgres@127.0.0.1:5432/test to run them."
     ))
 }
 
 /// [`pg_url_choice`] from the environment.
 pub fn pg_url_from_env() -> PgUrlChoice {
-    pg_url_choice(std::env::var(PG_URL_ENV).ok(), std::env::var("CI").ok())
+    url_from_env(PG_URL_ENV)
+}
+
+/// [`url_choice`] for the variable `var`, from the environment.
+pub fn url_from_env(var: &str) -> PgUrlChoice {
+    url_choice(var, std::env::var(var).ok(), std::env::var("CI").ok())
 }
 
 #[cfg(test)]
