@@ -86,12 +86,21 @@ impl EffectKey {
             return Err(invalid(format!(
                 "effect key {}… is {} bytes; keep it under {MAX_KEY_LEN} (name the fact by \
                  its ids, not its content)",
-                &key[..40],
+                prefix(&key, 40),
                 key.len()
             )));
         }
         Ok(key)
     }
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn prefix(s: &str, max: usize) -> &str {
+    let end = (0..=max.min(s.len()))
+        .rev()
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(0);
+    &s[..end]
 }
 
 fn invalid(msg: String) -> IdemError {
@@ -155,5 +164,58 @@ mod tests {
         assert!(err(EffectKey::new("mail").part("")).contains("non-empty"));
         assert!(err(EffectKey::new("mail").part("a b")).contains("whitespace"));
         assert!(err(EffectKey::new("mail").part("x".repeat(600))).contains("bytes"));
+    }
+
+    #[test]
+    fn a_long_key_cut_inside_a_character_is_refused_not_a_panic() {
+        // Byte 40 falls inside the second byte of a two-byte character.
+        let part = format!("{}{}", "a".repeat(34), "é".repeat(300));
+        let msg = EffectKey::new("mail").part(part).render().unwrap_err();
+        assert!(msg.to_string().contains("bytes"), "{msg}");
+    }
+
+    /// Any parts at all: rendering never panics; a key renders to at most
+    /// [`MAX_KEY_LEN`] bytes or is refused with a message; distinct part lists never
+    /// render the same key.
+    mod properties {
+        use super::super::*;
+        use proptest::prelude::*;
+
+        fn parts() -> impl Strategy<Value = Vec<String>> {
+            prop::collection::vec(any::<String>(), 0..6)
+        }
+
+        fn key_of(parts: &[String]) -> EffectKey {
+            parts.iter().fold(EffectKey::new("k"), |k, p| k.part(p))
+        }
+
+        proptest! {
+            #[test]
+            fn rendering_never_panics(kind in any::<String>(), parts in parts(), rev in any::<Option<u32>>()) {
+                let mut key = parts.iter().fold(EffectKey::new(kind), |k, p| k.part(p));
+                if let Some(n) = rev {
+                    key = key.revision(n);
+                }
+                match key.render() {
+                    Ok(rendered) => prop_assert!(rendered.len() <= MAX_KEY_LEN),
+                    Err(e) => prop_assert!(!e.to_string().is_empty()),
+                }
+            }
+
+            #[test]
+            fn long_unicode_keys_are_refused_with_their_size(part in "\\PC{200,400}") {
+                let key = EffectKey::new("k").part(part.replace(char::is_whitespace, "x"));
+                if let Err(e) = key.render() {
+                    prop_assert!(e.to_string().contains("bytes") || e.to_string().contains("part"));
+                }
+            }
+
+            #[test]
+            fn distinct_parts_render_distinct_keys(a in parts(), b in parts()) {
+                if let (Ok(ka), Ok(kb)) = (key_of(&a).render(), key_of(&b).render()) {
+                    prop_assert_eq!(ka == kb, a == b, "{:?} vs {:?}", a, b);
+                }
+            }
+        }
     }
 }
