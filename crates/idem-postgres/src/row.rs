@@ -7,8 +7,8 @@
 //! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
 
 use idem_store::{
-    AttemptRow, EffectRecord, Inserted, JobRow, LedgerEntry, LedgerMismatch, QueueCount,
-    StoreResult,
+    AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, LedgerEntry, LedgerMismatch,
+    QueueCount, StoreResult,
 };
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -91,6 +91,15 @@ pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
         attempted_at: get(row, "attempted_at")?,
         finalized_at: get(row, "finalized_at")?,
         last_error: get(row, "last_error")?,
+    })
+}
+
+/// A row of `job/heartbeat.sql`.
+pub(crate) fn renewal(r: &PgRow) -> StoreResult<LeaseRenewal> {
+    Ok(LeaseRenewal {
+        job_id: get(r, "id")?,
+        fence: get(r, "fence")?,
+        lease_expires_at: get(r, "lease_expires_at")?,
     })
 }
 

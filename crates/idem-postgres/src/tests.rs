@@ -11,6 +11,7 @@ use idem_store::{
 };
 
 use super::*;
+use crate::connect::is_plain_identifier;
 
 #[test]
 fn redact_hides_passwords() {

@@ -14,7 +14,7 @@ use sqlx::postgres::types::Oid;
 use sqlx::postgres::{
     PgArgumentBuffer, PgArguments, PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres,
 };
-use sqlx::{Row, TypeInfo, ValueRef};
+use sqlx::{Executor, Row, TypeInfo, ValueRef};
 
 use crate::error::interpret_error;
 
@@ -35,8 +35,32 @@ impl sqlx::Encode<'_, Postgres> for UntypedNull {
     }
 }
 
+/// Runs a caller's statement; returns the rows it changed.
+pub(crate) async fn execute<'e, E>(ex: E, sql: &str, args: &[SqlValue]) -> StoreResult<u64>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let q = bind_all(sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())), args)?;
+    let done = q.execute(ex).await.map_err(interpret_error)?;
+    Ok(done.rows_affected())
+}
+
+/// Runs a caller's query; returns every row as values.
+pub(crate) async fn query<'e, E>(
+    ex: E,
+    sql: &str,
+    args: &[SqlValue],
+) -> StoreResult<Vec<Vec<SqlValue>>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let q = bind_all(sqlx::query(sqlx::AssertSqlSafe(sql.to_owned())), args)?;
+    let rows = q.fetch_all(ex).await.map_err(interpret_error)?;
+    rows.iter().map(decode_row).collect()
+}
+
 /// Binds every argument in order.
-pub(crate) fn bind_all(mut q: Query, args: &[SqlValue]) -> StoreResult<Query> {
+fn bind_all(mut q: Query, args: &[SqlValue]) -> StoreResult<Query> {
     for a in args {
         q = match a.clone() {
             SqlValue::Null => q.bind(UntypedNull),
@@ -53,7 +77,7 @@ pub(crate) fn bind_all(mut q: Query, args: &[SqlValue]) -> StoreResult<Query> {
 }
 
 /// Reads every column of a row by its PostgreSQL type.
-pub(crate) fn decode_row(row: &PgRow) -> StoreResult<Vec<SqlValue>> {
+fn decode_row(row: &PgRow) -> StoreResult<Vec<SqlValue>> {
     (0..row.len()).map(|i| decode_col(row, i)).collect()
 }
 

@@ -1,4 +1,5 @@
-//! From a URL and [`SqliteOptions`] to configured connections.
+//! The store's settings ([`SqliteOptions`]) and how they and a URL become configured
+//! connections.
 //!
 //! `sqlite://path` and `sqlite:path` name a file; idem's own `synchronous=full|normal`
 //! parameter is taken out, and any other query parameter goes to SQLite as a URI
@@ -12,7 +13,43 @@ use idem_store::{StoreError, StoreResult};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::error::interpret_error;
-use crate::{Durability, SqliteOptions};
+
+/// Default time a write waits for another process's write lock.
+pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default number of read connections.
+pub const DEFAULT_READERS: u32 = 4;
+
+/// How durable each commit is (SQLite's `synchronous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous=FULL`: a committed transaction survives power loss. The default.
+    #[default]
+    Full,
+    /// `synchronous=NORMAL`: in WAL mode survives a process crash; the last commits may
+    /// be lost on power loss. Much faster on slow fsync.
+    Normal,
+}
+
+/// Settings of an SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Commit durability.
+    pub durability: Durability,
+    /// How long a write waits for the write lock held by another connection or process.
+    pub busy_timeout: Duration,
+    /// Read connections.
+    pub readers: u32,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            durability: Durability::Full,
+            busy_timeout: DEFAULT_BUSY_TIMEOUT,
+            readers: DEFAULT_READERS,
+        }
+    }
+}
 
 /// Prepared statements kept per connection: every file in `queries/` and room for
 /// callers' own.

@@ -45,6 +45,7 @@ use idem_store::{
 use rusqlite::Connection;
 use tokio::sync::Mutex;
 
+pub use connect::{DEFAULT_BUSY_TIMEOUT, DEFAULT_READERS, Durability, SqliteOptions};
 pub use error::interpret_error;
 pub use rusqlite;
 pub use tx::SqliteTx;
@@ -52,43 +53,6 @@ pub use tx::SqliteTx;
 use crate::connect::Target;
 use crate::reader::Readers;
 use crate::writer::Writer;
-
-/// Default time a write waits for another process's write lock.
-pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Default number of read connections.
-pub const DEFAULT_READERS: u32 = 4;
-
-/// How durable each commit is (SQLite's `synchronous`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Durability {
-    /// `synchronous=FULL`: a committed transaction survives power loss. The default.
-    #[default]
-    Full,
-    /// `synchronous=NORMAL`: in WAL mode survives a process crash; the last commits may
-    /// be lost on power loss. Much faster on slow fsync.
-    Normal,
-}
-
-/// Settings of an SQLite store.
-#[derive(Debug, Clone)]
-pub struct SqliteOptions {
-    /// Commit durability.
-    pub durability: Durability,
-    /// How long a write waits for the write lock held by another connection or process.
-    pub busy_timeout: Duration,
-    /// Read connections.
-    pub readers: u32,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        SqliteOptions {
-            durability: Durability::Full,
-            busy_timeout: DEFAULT_BUSY_TIMEOUT,
-            readers: DEFAULT_READERS,
-        }
-    }
-}
 
 /// An idem store in one SQLite file.
 ///
@@ -187,29 +151,29 @@ impl Store for SqliteStore {
     }
 
     async fn now(&self) -> StoreResult<Timestamp> {
-        row::ms_to_ts(self.readers.run(ops::now).await?)
+        row::ms_to_ts(self.readers.run(ops::clock::now).await?)
     }
 
     async fn job_get(&self, id: i64) -> StoreResult<Option<JobRow>> {
-        self.readers.run(move |c| ops::job_get(c, id)).await
+        self.readers.run(move |c| ops::job::get(c, id)).await
     }
 
     async fn job_list(&self, p: JobList) -> StoreResult<Vec<JobRow>> {
-        self.readers.run(move |c| ops::job_list(c, &p)).await
+        self.readers.run(move |c| ops::job::list(c, &p)).await
     }
 
     async fn job_attempts(&self, job_id: i64) -> StoreResult<Vec<AttemptRow>> {
         self.readers
-            .run(move |c| ops::job_attempts(c, job_id))
+            .run(move |c| ops::job_attempt::list(c, job_id))
             .await
     }
 
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>> {
-        self.readers.run(ops::queue_counts).await
+        self.readers.run(ops::queue::counts).await
     }
 
     async fn ledger_verify(&self) -> StoreResult<Vec<idem_store::LedgerMismatch>> {
-        self.readers.run(ops::ledger_verify).await
+        self.readers.run(ops::ledger::verify).await
     }
 
     async fn query(&self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>> {
@@ -225,54 +189,54 @@ impl Store for SqliteStore {
     }
 
     async fn job_insert_rows(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
-        self.write(move |c| ops::job_insert_rows(c, p)).await
+        self.write(move |c| ops::job::insert(c, p)).await
     }
 
     async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
-        self.write(move |c| ops::job_retry(c, &p)).await
+        self.write(move |c| ops::job::retry(c, &p)).await
     }
 
     async fn job_discard(&self, p: JobDiscard) -> StoreResult<Vec<i64>> {
-        self.write(move |c| ops::job_discard(c, &p)).await
+        self.write(move |c| ops::job::discard(c, &p)).await
     }
 
     async fn purge(&self, p: Purge) -> StoreResult<u64> {
-        self.write(move |c| ops::purge(c, &p)).await
+        self.write(move |c| ops::purge::delete(c, &p)).await
     }
 
     async fn purge_count(&self, target: PurgeTarget, before: Timestamp) -> StoreResult<u64> {
         let before = crate::row::ts_to_ms(before);
         self.readers
-            .run(move |c| ops::purge_count(c, target, before))
+            .run(move |c| ops::purge::count(c, target, before))
             .await
     }
 
     async fn job_claim(&self, p: JobClaim) -> StoreResult<Vec<JobRow>> {
-        self.write(move |c| ops::job_claim(c, &p)).await
+        self.write(move |c| ops::job::claim(c, &p)).await
     }
 
     async fn job_heartbeat(&self, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
-        self.write(move |c| ops::job_heartbeat(c, &p)).await
+        self.write(move |c| ops::job::heartbeat(c, &p)).await
     }
 
     async fn job_complete(&self, p: JobComplete) -> StoreResult<JobRow> {
-        self.write(move |c| ops::job_complete(c, &p)).await
+        self.write(move |c| ops::job::complete(c, &p)).await
     }
 
     async fn job_complete_many(&self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        self.write(move |c| ops::job_complete_many(c, &p)).await
+        self.write(move |c| ops::job::complete_many(c, &p)).await
     }
 
     async fn job_fail(&self, p: JobFail) -> StoreResult<JobRow> {
-        self.write(move |c| ops::job_fail(c, &p)).await
+        self.write(move |c| ops::job::fail(c, &p)).await
     }
 
     async fn job_rescue(&self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
-        self.write(move |c| ops::job_rescue(c, &p)).await
+        self.write(move |c| ops::job::rescue(c, &p)).await
     }
 
     async fn job_cancel(&self, p: JobCancel) -> StoreResult<JobRow> {
-        self.write(move |c| ops::job_cancel(c, &p)).await
+        self.write(move |c| ops::job::cancel(c, &p)).await
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! The transaction owns the writer's lock, so no other operation of this store runs on
 //! the write connection while it is open (store operations wait their turn). Each method
-//! is one hop to the writer thread running one operation of `ops.rs`; the first also
+//! is one hop to the writer thread running one operation of `ops/`; the first also
 //! carries the `BEGIN IMMEDIATE`. Dropped without
 //! `commit`, it sends a rollback ahead of anything queued after it; and every `BEGIN`
 //! first rolls back any transaction a vanished caller left open.
@@ -133,90 +133,90 @@ impl StoreTx for SqliteTx {
     }
 
     async fn job_insert_rows(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
-        self.run(move |c| ops::job_insert_rows(c, p)).await
+        self.run(move |c| ops::job::insert(c, p)).await
     }
 
     async fn enqueue_key_take(&mut self, p: EnqueueKeyTake) -> StoreResult<Vec<i64>> {
-        self.run(move |c| ops::enqueue_key_take(c, &p)).await
+        self.run(move |c| ops::enqueue_key::take(c, &p)).await
     }
 
     async fn enqueue_key_find(
         &mut self,
         keys: Vec<(String, String)>,
     ) -> StoreResult<Vec<(String, String, i64)>> {
-        self.run(move |c| ops::enqueue_key_find(c, &keys)).await
+        self.run(move |c| ops::enqueue_key::find(c, &keys)).await
     }
 
     async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64> {
-        self.run(move |c| ops::job_delete(c, &ids)).await
+        self.run(move |c| ops::job::delete(c, &ids)).await
     }
 
     async fn job_get_many(&mut self, ids: Vec<i64>) -> StoreResult<Vec<JobRow>> {
-        self.run(move |c| ops::job_get_many(c, &ids)).await
+        self.run(move |c| ops::job::get_many(c, &ids)).await
     }
 
     async fn job_retry(&mut self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
-        self.run(move |c| ops::job_retry(c, &p)).await
+        self.run(move |c| ops::job::retry(c, &p)).await
     }
 
     async fn job_discard(&mut self, p: JobDiscard) -> StoreResult<Vec<i64>> {
-        self.run(move |c| ops::job_discard(c, &p)).await
+        self.run(move |c| ops::job::discard(c, &p)).await
     }
 
     async fn purge(&mut self, p: Purge) -> StoreResult<u64> {
-        self.run(move |c| ops::purge(c, &p)).await
+        self.run(move |c| ops::purge::delete(c, &p)).await
     }
 
     async fn job_claim(&mut self, p: JobClaim) -> StoreResult<Vec<JobRow>> {
-        self.run(move |c| ops::job_claim(c, &p)).await
+        self.run(move |c| ops::job::claim(c, &p)).await
     }
 
     async fn job_heartbeat(&mut self, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
-        self.run(move |c| ops::job_heartbeat(c, &p)).await
+        self.run(move |c| ops::job::heartbeat(c, &p)).await
     }
 
     async fn job_lock(&mut self, p: JobLock) -> StoreResult<JobRow> {
-        self.run(move |c| ops::job_lock(c, &p)).await
+        self.run(move |c| ops::job::lock(c, &p)).await
     }
 
     async fn job_complete(&mut self, p: JobComplete) -> StoreResult<JobRow> {
-        self.run(move |c| ops::job_complete(c, &p)).await
+        self.run(move |c| ops::job::complete(c, &p)).await
     }
 
     async fn job_complete_many(&mut self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        self.run(move |c| ops::job_complete_many(c, &p)).await
+        self.run(move |c| ops::job::complete_many(c, &p)).await
     }
 
     async fn job_fail(&mut self, p: JobFail) -> StoreResult<JobRow> {
-        self.run(move |c| ops::job_fail(c, &p)).await
+        self.run(move |c| ops::job::fail(c, &p)).await
     }
 
     async fn job_rescue(&mut self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
-        self.run(move |c| ops::job_rescue(c, &p)).await
+        self.run(move |c| ops::job::rescue(c, &p)).await
     }
 
     async fn job_cancel(&mut self, p: JobCancel) -> StoreResult<JobRow> {
-        self.run(move |c| ops::job_cancel(c, &p)).await
+        self.run(move |c| ops::job::cancel(c, &p)).await
     }
 
     async fn effect_claim(&mut self, p: EffectClaim) -> StoreResult<EffectClaimed> {
-        self.run(move |c| ops::effect_claim(c, &p)).await
+        self.run(move |c| ops::effect::claim(c, &p)).await
     }
 
     async fn ledger_post(&mut self, p: LedgerPost) -> StoreResult<LedgerPosted> {
-        self.run(move |c| ops::ledger_post(c, &p)).await
+        self.run(move |c| ops::ledger::post(c, &p)).await
     }
 
     async fn effect_others(&mut self, p: EffectClaim) -> StoreResult<Vec<String>> {
-        self.run(move |c| ops::effect_others(c, &p)).await
+        self.run(move |c| ops::effect::others(c, &p)).await
     }
 
     async fn counter_next(&mut self, p: CounterNext) -> StoreResult<CounterAssigned> {
-        self.run(move |c| ops::counter_next(c, &p)).await
+        self.run(move |c| ops::counter::next(c, &p)).await
     }
 
     async fn ledger_rebuild(&mut self, accounts: Vec<LedgerMismatch>) -> StoreResult<()> {
-        self.run(move |c| ops::ledger_rebuild(c, &accounts)).await
+        self.run(move |c| ops::ledger::rebuild(c, &accounts)).await
     }
 
     async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> StoreResult<u64> {

@@ -1,0 +1,191 @@
+//! The store's settings ([`PgOptions`]) and how they and a URL become connections: the
+//! URL checked and parsed, one probe connection that reports an unreachable server or bad
+//! credentials at once and creates the schema, and the URL forms that may be shown.
+//!
+//! What must stay true: no error message or log carries the URL's password ([`redact`]).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use idem_store::{Backend, StoreError, StoreResult};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+
+use crate::error::interpret_error;
+
+/// Default size of the connection pool.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// How long connecting, or waiting for a pooled connection, may take before the store
+/// reports the database unavailable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections of the pool that runs claims (see [`CLAIM_PLANNER`]).
+pub const CLAIM_CONNECTIONS: u32 = 4;
+/// Planner settings of the connections that run claims. A claim must walk the claim index
+/// in claim order and stop after `limit` rows; with statistics that no longer describe
+/// the table (it filled faster than autoanalyze, or most of it is finished history), the
+/// planner judged the waiting jobs few and chose a bitmap scan that sorted every waiting
+/// job of the queue on each claim, so a claim's cost grew with the backlog (measured in
+/// `docs/performance.md`). These settings make the ordered index scan the only plan
+/// without a penalty; they apply to idem's claim statements only, never to the caller's
+/// queries on the main pool.
+pub const CLAIM_PLANNER: [(&str, &str); 3] = [
+    ("enable_bitmapscan", "off"),
+    ("enable_seqscan", "off"),
+    ("enable_sort", "off"),
+];
+/// The longest schema name PostgreSQL keeps (NAMEDATALEN - 1).
+pub const MAX_SCHEMA_LEN: usize = 63;
+
+/// `url` with `options=-c search_path=<schema>` added to its query string: a URL another
+/// process can use to reach the same idem schema (libpq's form, which sqlx honours).
+/// `schema` must already be a plain identifier (see [`PgOptions::validate`]).
+pub fn url_with_search_path(url: &str, schema: &str) -> String {
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}options=-c%20search_path%3D{schema}")
+}
+
+/// Settings of a PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// The schema holding idem's tables: created at connect if missing and set as every
+    /// connection's `search_path`. `None` = the server's `search_path` (usually `public`),
+    /// or the one the URL sets with `options=-c search_path=…`. A plain lowercase
+    /// identifier: `[a-z_][a-z0-9_]*`, at most 63 characters.
+    pub schema: Option<String>,
+    /// Largest number of pooled connections.
+    pub max_connections: u32,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        PgOptions {
+            schema: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl PgOptions {
+    /// Checks the settings; the error names the bad value and what is expected.
+    pub fn validate(&self) -> StoreResult<()> {
+        if self.max_connections == 0 {
+            return Err(StoreError::Config(
+                "max_connections is 0; a PostgreSQL store needs at least 1 connection".into(),
+            ));
+        }
+        match &self.schema {
+            Some(s) if !is_plain_identifier(s) => Err(StoreError::Config(format!(
+                "schema {s:?} is not a plain identifier; expected lowercase letters, digits and \
+                 underscores, not starting with a digit, at most {MAX_SCHEMA_LEN} characters \
+                 (e.g. idem or idem_test_1)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether `s` is a schema name idem accepts: `[a-z_][a-z0-9_]*`, at most
+/// [`MAX_SCHEMA_LEN`] characters.
+pub(crate) fn is_plain_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    first_ok
+        && s.len() <= MAX_SCHEMA_LEN
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Parses `url` after checking it names PostgreSQL.
+pub(crate) fn connect_options(url: &str) -> StoreResult<PgConnectOptions> {
+    if Backend::of_url(url) != Some(Backend::Postgres) {
+        return Err(StoreError::Config(format!(
+            "{:?} is not a PostgreSQL URL; expected postgres://user:password@host:port/database \
+             (or postgresql://…)",
+            redact(url)
+        )));
+    }
+    PgConnectOptions::from_str(url)
+        .map_err(|e| StoreError::Config(format!("cannot parse {:?}: {e}", redact(url))))
+}
+
+/// Opens one connection (bounded by [`CONNECT_TIMEOUT`]) so an unreachable server or bad
+/// credentials fail now with their cause, and creates the schema if one is set.
+pub(crate) async fn probe(
+    url: &str,
+    connect: &PgConnectOptions,
+    schema: Option<&str>,
+) -> StoreResult<()> {
+    let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, connect.connect())
+        .await
+        .map_err(|_| {
+            StoreError::Unavailable(format!(
+                "cannot connect to {}: no answer within {} s",
+                redact(url),
+                CONNECT_TIMEOUT.as_secs()
+            ))
+        })?
+        .map_err(|e| open_error(url, e))?;
+    if let Some(schema) = schema {
+        create_schema(&mut conn, schema).await?;
+    }
+    tracing::debug!(url = %redact(url), ?schema, "connected to PostgreSQL");
+    conn.close().await.map_err(|e| open_error(url, e))
+}
+
+/// `CREATE SCHEMA IF NOT EXISTS`; a concurrent creator winning the race is not an error.
+async fn create_schema(conn: &mut sqlx::PgConnection, schema: &str) -> StoreResult<()> {
+    // The name was checked to be a plain identifier, so quoting it is enough.
+    let sql = format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\"");
+    match sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(conn).await {
+        Ok(_) => Ok(()),
+        Err(e) => match interpret_error(e) {
+            StoreError::Duplicate(_) => Ok(()),
+            other => Err(other),
+        },
+    }
+}
+
+fn open_error(url: &str, e: sqlx::Error) -> StoreError {
+    let url = redact(url);
+    match interpret_error(e) {
+        StoreError::Database(msg) | StoreError::Unavailable(msg) => {
+            StoreError::Unavailable(format!("cannot connect to {url}: {msg}"))
+        }
+        StoreError::Config(msg) => StoreError::Config(format!("cannot connect to {url}: {msg}")),
+        other => other,
+    }
+}
+
+/// `url` with any password (in the user info or a `password=` parameter) replaced by
+/// `***`: the only form of a URL that goes into a message or a log.
+pub fn redact(url: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut out = match base.split_once("://") {
+        Some((scheme, rest)) => format!("{scheme}://{}", redact_userinfo(rest)),
+        None => base.to_owned(),
+    };
+    if !query.is_empty() {
+        let params: Vec<String> = query
+            .split('&')
+            .map(|kv| match kv.split_once('=') {
+                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                _ => kv.to_owned(),
+            })
+            .collect();
+        out = format!("{out}?{}", params.join("&"));
+    }
+    out
+}
+
+fn redact_userinfo(rest: &str) -> String {
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}{path}"),
+            None => rest.to_owned(),
+        },
+        None => rest.to_owned(),
+    }
+}

@@ -1,0 +1,215 @@
+//! The job operations (`queries/job/`): insert, claim, heartbeat, lock, the fenced
+//! finishes (complete, complete-many, fail), rescue, cancel, the dead-letter retry and
+//! discard, and reads by id or filter.
+//!
+//! Complete, complete-many, fail, rescue and cancel write their attempt rows
+//! (`job_attempt`) after the update, in the same transaction; a job deleted by discard
+//! takes its attempt history and enqueue key with it.
+
+use idem_store::{
+    AttemptOutcome, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
+    JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, LeaseRenewal,
+    StoreError, StoreResult,
+};
+use rusqlite::{Connection, params};
+
+use super::job_attempt::{self, AttemptRecord};
+use super::{enqueue_key, guarded, json_list, rows};
+use crate::error::interpret_error;
+use crate::row::{self, ts_to_ms};
+
+fn sorted(mut jobs: Vec<JobRow>) -> Vec<JobRow> {
+    jobs.sort_by_key(|j| j.id);
+    jobs
+}
+
+pub(crate) fn get(c: &Connection, id: i64) -> StoreResult<Option<JobRow>> {
+    let jobs = rows(c, include_str!("../../queries/job/get.sql"), [id], row::job)?;
+    Ok(jobs.into_iter().next())
+}
+
+pub(crate) fn list(c: &Connection, p: &JobList) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../../queries/job/list.sql");
+    let state = p.state.map(|s| s.as_str());
+    let args = params![state, p.queue, p.kind, p.before_id, i64::from(p.limit)];
+    rows(c, sql, args, row::job)
+}
+
+/// The batch as the one JSON array `job/insert.sql` unpacks: `{kind, queue, args,
+/// priority, run_at (ms), max_attempts}`, plus `claim_worker` and `lease_ms` for a job
+/// inserted claimed.
+fn insert_json(p: &JobInsert) -> StoreResult<String> {
+    #[derive(serde::Serialize)]
+    struct Item<'a> {
+        kind: &'a str,
+        queue: &'a str,
+        args: &'a serde_json::Value,
+        priority: i16,
+        run_at: Option<i64>,
+        max_attempts: i32,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        claim_worker: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<i64>,
+    }
+    let items: Vec<Item<'_>> = p
+        .jobs
+        .iter()
+        .map(|j| Item {
+            kind: &j.kind,
+            queue: &j.queue,
+            args: &j.args,
+            priority: j.priority,
+            run_at: j.run_at.map(ts_to_ms),
+            max_attempts: j.max_attempts,
+            claim_worker: j.claim.as_ref().map(|c| c.worker.as_str()),
+            lease_ms: j.claim.as_ref().map(|c| c.lease_ms),
+        })
+        .collect();
+    json_list(&items)
+}
+
+pub(crate) fn insert(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
+    if p.jobs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = include_str!("../../queries/job/insert.sql");
+    let args = params![insert_json(&p)?, p.now.map(ts_to_ms)];
+    let inserted = rows(c, sql, args, row::inserted)?;
+    p.rows(inserted)
+}
+
+pub(crate) fn claim(c: &Connection, p: &JobClaim) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../../queries/job/claim.sql");
+    let now = p.now.map(ts_to_ms);
+    let args = params![p.queue, i64::from(p.limit), p.worker, p.lease_ms, now];
+    Ok(sorted(rows(c, sql, args, row::job)?))
+}
+
+pub(crate) fn heartbeat(c: &Connection, p: &JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
+    if p.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = include_str!("../../queries/job/heartbeat.sql");
+    let args = params![json_list(&p.leases)?, p.lease_ms, p.now.map(ts_to_ms)];
+    rows(c, sql, args, row::renewal)
+}
+
+pub(crate) fn lock(c: &Connection, p: &JobLock) -> StoreResult<JobRow> {
+    let sql = include_str!("../../queries/job/lock.sql");
+    let jobs = rows(c, sql, [p.lease.job_id, p.lease.fence], row::job)?;
+    guarded(jobs, p.lease)
+}
+
+pub(crate) fn complete(c: &Connection, p: &JobComplete) -> StoreResult<JobRow> {
+    let sql = include_str!("../../queries/job/complete.sql");
+    let args = params![p.lease.job_id, p.lease.fence, p.now.map(ts_to_ms)];
+    let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
+    job_attempt::insert(
+        c,
+        AttemptRecord::of(&job, AttemptOutcome::Completed, None, p.now),
+    )?;
+    Ok(job)
+}
+
+pub(crate) fn complete_many(c: &Connection, p: &JobCompleteMany) -> StoreResult<Vec<i64>> {
+    if p.leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = include_str!("../../queries/job/complete_many.sql");
+    let args = params![json_list(&p.leases)?, p.now.map(ts_to_ms)];
+    let ids: Vec<i64> = rows(c, sql, args, |r| r.get(0).map_err(interpret_error))?;
+    if !ids.is_empty() {
+        job_attempt::insert_completed(c, &ids)?;
+    }
+    Ok(ids)
+}
+
+pub(crate) fn fail(c: &Connection, p: &JobFail) -> StoreResult<JobRow> {
+    let sql = include_str!("../../queries/job/fail.sql");
+    let now = p.now.map(ts_to_ms);
+    let args = params![
+        p.lease.job_id,
+        p.lease.fence,
+        p.retry_in_ms,
+        p.error,
+        now,
+        p.snooze
+    ];
+    let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
+    let outcome = AttemptOutcome::of_failure(&job, p.snooze);
+    job_attempt::insert(c, AttemptRecord::of(&job, outcome, Some(&p.error), p.now))?;
+    Ok(job)
+}
+
+pub(crate) fn rescue(c: &Connection, p: &JobRescue) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../../queries/job/rescue.sql");
+    let now = p.now.map(ts_to_ms);
+    let args = params![i64::from(p.limit), p.retry_in_ms, now, p.max_attempts];
+    let jobs = sorted(rows(c, sql, args, row::job)?);
+    for job in &jobs {
+        let error = job.last_error.as_deref();
+        let rec = AttemptRecord::of(job, AttemptOutcome::LeaseExpired, error, p.now);
+        job_attempt::insert(c, rec)?;
+    }
+    Ok(jobs)
+}
+
+pub(crate) fn cancel(c: &Connection, p: &JobCancel) -> StoreResult<JobRow> {
+    job_attempt::insert(
+        c,
+        AttemptRecord {
+            job_id: p.job_id,
+            outcome: AttemptOutcome::Cancelled,
+            error: Some("cancelled by an operator while running"),
+            now: p.now,
+            only_if_state: Some("running"),
+        },
+    )?;
+    let sql = include_str!("../../queries/job/cancel.sql");
+    let jobs = rows(c, sql, params![p.job_id, p.now.map(ts_to_ms)], row::job)?;
+    match jobs.into_iter().next() {
+        Some(job) => Ok(job),
+        None => Err(StoreError::cancel_refused(
+            p.job_id,
+            get(c, p.job_id)?.as_ref(),
+        )),
+    }
+}
+
+pub(crate) fn delete(c: &Connection, ids: &[i64]) -> StoreResult<u64> {
+    let sql = include_str!("../../queries/job/delete.sql");
+    let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+    let n = stmt.execute([json_list(&ids)?]).map_err(interpret_error)?;
+    Ok(n as u64)
+}
+
+pub(crate) fn get_many(c: &Connection, ids: &[i64]) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../../queries/job/get_many.sql");
+    rows(c, sql, [json_list(&ids)?], row::job)
+}
+
+pub(crate) fn retry(c: &Connection, p: &JobRetry) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../../queries/job/retry.sql");
+    let args = params![json_list(&p.ids)?, p.now.map(ts_to_ms)];
+    Ok(sorted(rows(c, sql, args, row::job)?))
+}
+
+pub(crate) fn discard(c: &Connection, p: &JobDiscard) -> StoreResult<Vec<i64>> {
+    let sql = include_str!("../../queries/job/discard.sql");
+    let mut gone: Vec<i64> = rows(c, sql, [json_list(&p.ids)?], |r| {
+        r.get(0).map_err(interpret_error)
+    })?;
+    gone.sort_unstable();
+    delete_job_records(c, &gone)?;
+    Ok(gone)
+}
+
+/// Deletes what belongs to jobs just deleted: their attempt history and enqueue keys.
+pub(super) fn delete_job_records(c: &Connection, ids: &[i64]) -> StoreResult<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    job_attempt::delete(c, ids)?;
+    enqueue_key::delete(c, ids)
+}
