@@ -126,4 +126,10 @@ idem_store_tests::store_cases!(
     purge_of_a_job_frees_its_enqueue_key,
     purge_spares_a_dead_job_retried_meanwhile,
     purge_spares_an_enqueue_key_taken_over_meanwhile,
+    ledger_repair_counts_a_post_that_commits_while_it_waits,
+);
+
+idem_store_tests::postgres_cases!(
+    effect_claim_survives_its_holder_purged_meanwhile,
+    ledger_post_survives_its_entry_deleted_meanwhile,
 );

@@ -5,11 +5,29 @@
 use idem_store::{EffectClaim, EffectClaimed, StoreResult};
 use sqlx::{Executor, PgConnection, Postgres};
 
-use super::existing;
+use super::{INSERT_TRIES, holder, kept_vanishing, still_current};
 use crate::error::interpret_error;
 use crate::row;
 
+/// Claims the key: `New` when this transaction inserted it, else the record that holds
+/// it. A holder that vanished before it could be read (purged meanwhile) is no reason to
+/// refuse a current claim: the insert is tried again, up to [`INSERT_TRIES`] times.
 pub(crate) async fn claim(c: &mut PgConnection, p: EffectClaim) -> StoreResult<EffectClaimed> {
+    for _ in 0..INSERT_TRIES {
+        if insert(c, &p).await? {
+            return Ok(EffectClaimed::New);
+        }
+        let get = include_str!("../../queries/effect/get.sql");
+        if let Some(record) = holder(c, get, &p.key, row::effect).await? {
+            return Ok(EffectClaimed::Done(record));
+        }
+        still_current(c, p.lease).await?;
+    }
+    Err(kept_vanishing("effect key", &p.key))
+}
+
+/// One fenced insert of the key; whether it inserted.
+async fn insert(c: &mut PgConnection, p: &EffectClaim) -> StoreResult<bool> {
     let inserted: Option<String> =
         sqlx::query_scalar(include_str!("../../queries/effect/claim.sql"))
             .bind(&p.key)
@@ -20,12 +38,7 @@ pub(crate) async fn claim(c: &mut PgConnection, p: EffectClaim) -> StoreResult<E
             .fetch_optional(&mut *c)
             .await
             .map_err(interpret_error)?;
-    if inserted.is_some() {
-        return Ok(EffectClaimed::New);
-    }
-    let get = include_str!("../../queries/effect/get.sql");
-    let record = existing(c, get, &p.key, p.lease, row::effect).await?;
-    Ok(EffectClaimed::Done(record))
+    Ok(inserted.is_some())
 }
 
 pub(crate) async fn others<'e, E>(ex: E, p: EffectClaim) -> StoreResult<Vec<String>>

@@ -5,11 +5,30 @@
 use idem_store::{LedgerMismatch, LedgerPost, LedgerPosted, StoreResult};
 use sqlx::{Executor, PgConnection, Postgres};
 
-use super::existing;
+use super::{INSERT_TRIES, holder, kept_vanishing, still_current};
 use crate::error::interpret_error;
 use crate::row;
 
+/// Posts the entry and moves the total: `New`, or the entry that holds the key. As for
+/// effect keys, an entry that vanished before it could be read back is no reason to
+/// refuse a current claim: the insert is tried again, up to [`INSERT_TRIES`] times.
 pub(crate) async fn post(c: &mut PgConnection, p: LedgerPost) -> StoreResult<LedgerPosted> {
+    for _ in 0..INSERT_TRIES {
+        if insert(c, &p).await? {
+            move_balance(c, &p).await?;
+            return Ok(LedgerPosted::New);
+        }
+        let get = include_str!("../../queries/ledger/get_entry.sql");
+        if let Some(entry) = holder(c, get, &p.entry_key, row::ledger_entry).await? {
+            return Ok(LedgerPosted::Duplicate(entry));
+        }
+        still_current(c, p.lease).await?;
+    }
+    Err(kept_vanishing("ledger entry", &p.entry_key))
+}
+
+/// One fenced insert of the entry; whether it inserted.
+async fn insert(c: &mut PgConnection, p: &LedgerPost) -> StoreResult<bool> {
     let inserted: Option<String> =
         sqlx::query_scalar(include_str!("../../queries/ledger/post_entry.sql"))
             .bind(&p.entry_key)
@@ -21,19 +40,18 @@ pub(crate) async fn post(c: &mut PgConnection, p: LedgerPost) -> StoreResult<Led
             .fetch_optional(&mut *c)
             .await
             .map_err(interpret_error)?;
-    if inserted.is_some() {
-        sqlx::query(include_str!("../../queries/ledger/move_balance.sql"))
-            .bind(&p.account)
-            .bind(p.amount)
-            .bind(p.now)
-            .execute(&mut *c)
-            .await
-            .map_err(interpret_error)?;
-        return Ok(LedgerPosted::New);
-    }
-    let get = include_str!("../../queries/ledger/get_entry.sql");
-    let entry = existing(c, get, &p.entry_key, p.lease, row::ledger_entry).await?;
-    Ok(LedgerPosted::Duplicate(entry))
+    Ok(inserted.is_some())
+}
+
+async fn move_balance(c: &mut PgConnection, p: &LedgerPost) -> StoreResult<()> {
+    sqlx::query(include_str!("../../queries/ledger/move_balance.sql"))
+        .bind(&p.account)
+        .bind(p.amount)
+        .bind(p.now)
+        .execute(&mut *c)
+        .await
+        .map_err(interpret_error)?;
+    Ok(())
 }
 
 pub(crate) async fn verify<'e, E>(ex: E) -> StoreResult<Vec<LedgerMismatch>>
@@ -47,16 +65,26 @@ where
     rows.iter().map(row::ledger_mismatch).collect()
 }
 
+/// Sets each account's total to the sum of its entries. The account's row is locked
+/// first (`lock_balance.sql`, creating it if missing) and the sum taken by the next
+/// statement, whose snapshot starts after the lock was granted: it counts every post that
+/// committed while the rebuild waited, and a post after it waits for this transaction
+/// and then moves the rebuilt total.
 pub(crate) async fn rebuild(
     c: &mut PgConnection,
     accounts: Vec<LedgerMismatch>,
 ) -> StoreResult<()> {
     for a in accounts {
-        sqlx::query(include_str!("../../queries/ledger/set_balance.sql"))
-            .bind(&a.account)
-            .execute(&mut *c)
-            .await
-            .map_err(interpret_error)?;
+        for sql in [
+            include_str!("../../queries/ledger/lock_balance.sql"),
+            include_str!("../../queries/ledger/set_balance.sql"),
+        ] {
+            sqlx::query(sql)
+                .bind(&a.account)
+                .execute(&mut *c)
+                .await
+                .map_err(interpret_error)?;
+        }
     }
     Ok(())
 }

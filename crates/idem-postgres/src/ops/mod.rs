@@ -20,9 +20,9 @@ pub(crate) mod ledger;
 pub(crate) mod purge;
 pub(crate) mod queue;
 
-use idem_store::{LeaseToken, StoreError, StoreResult};
+use idem_store::{JobLock, LeaseToken, StoreError, StoreResult};
 use sqlx::postgres::{PgArguments, PgRow};
-use sqlx::{Executor, Postgres, Row};
+use sqlx::{Executor, PgConnection, Postgres, Row};
 
 use crate::error::interpret_error;
 
@@ -45,20 +45,40 @@ where
     }
 }
 
-/// The record under `key` that a guarded insert found taken; none means the insert's
-/// fence guard refused it, so the claim is not current.
-async fn existing<'e, E, T>(
-    ex: E,
+/// How many times a fenced `INSERT … ON CONFLICT DO NOTHING` is tried when the record it
+/// collided with was gone by the time it was read back.
+pub(crate) const INSERT_TRIES: usize = 3;
+
+/// The record holding `key`, read after a fenced insert of it inserted nothing; `None`
+/// when it vanished in between: each statement of a READ COMMITTED transaction reads its
+/// own snapshot, so a purge (or any delete) may commit between the insert and this read.
+async fn holder<T>(
+    c: &mut PgConnection,
     sql: &'static str,
     key: &str,
-    lease: LeaseToken,
     decode: fn(&PgRow) -> StoreResult<T>,
-) -> StoreResult<T>
-where
-    E: Executor<'e, Database = Postgres>,
-{
-    let q = sqlx::query(sql).bind(key.to_owned());
-    guarded(ex, q, lease, decode).await
+) -> StoreResult<Option<T>> {
+    let row = sqlx::query(sql)
+        .bind(key.to_owned())
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(interpret_error)?;
+    row.as_ref().map(decode).transpose()
+}
+
+/// After a fenced insert inserted nothing and no record holds its key: `Ok` when the
+/// claim is current (the holder vanished; the caller inserts again), `LeaseLost` when the
+/// insert's fence guard is what refused it.
+async fn still_current(c: &mut PgConnection, lease: LeaseToken) -> StoreResult<()> {
+    job::lock(&mut *c, JobLock { lease }).await.map(|_| ())
+}
+
+/// The error when a key's holder vanished on every one of [`INSERT_TRIES`] tries.
+fn kept_vanishing(what: &str, key: &str) -> StoreError {
+    StoreError::Busy(format!(
+        "the {what} {key:?} was deleted between each of {INSERT_TRIES} inserts and its read \
+         (a purge racing the claim); retrying can help"
+    ))
 }
 
 /// The first column of each row, an id.

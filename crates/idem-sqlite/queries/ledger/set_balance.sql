@@ -1,10 +1,8 @@
--- Sets the running total of account ?1 to the sum of its entries, recomputed in this
--- transaction, stamped with the database clock (a repair is an operator's act, not a
--- job's).
-INSERT INTO idem_ledger_balance (account, balance, updated_at)
-VALUES (?1,
-        (SELECT coalesce(CAST(sum(amount) AS INTEGER), 0) FROM idem_ledger_entry WHERE account = ?1),
-        CAST(unixepoch('subsec') * 1000 AS INTEGER))
-ON CONFLICT (account) DO UPDATE
-SET balance = excluded.balance,
-    updated_at = excluded.updated_at
+-- Sets the running total of account ?1 to the sum of its entries, stamped with the
+-- database clock (a repair is an operator's act, not a job's). Runs after
+-- ledger/lock_balance.sql in the same transaction.
+UPDATE idem_ledger_balance
+SET balance = (SELECT coalesce(CAST(sum(amount) AS INTEGER), 0) FROM idem_ledger_entry
+               WHERE account = ?1),
+    updated_at = CAST(unixepoch('subsec') * 1000 AS INTEGER)
+WHERE account = ?1

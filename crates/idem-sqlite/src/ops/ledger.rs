@@ -44,12 +44,18 @@ pub(crate) fn verify(c: &Connection) -> StoreResult<Vec<LedgerMismatch>> {
     )
 }
 
+/// Sets each account's total to the sum of its entries: the row is made if missing
+/// (`lock_balance.sql`), then set (`set_balance.sql`), the same two statements as on
+/// PostgreSQL (where the first also locks the row before the sum is taken).
 pub(crate) fn rebuild(c: &Connection, accounts: &[LedgerMismatch]) -> StoreResult<()> {
-    let mut stmt = c
-        .prepare_cached(include_str!("../../queries/ledger/set_balance.sql"))
-        .map_err(interpret_error)?;
     for a in accounts {
-        stmt.execute(params![a.account]).map_err(interpret_error)?;
+        for sql in [
+            include_str!("../../queries/ledger/lock_balance.sql"),
+            include_str!("../../queries/ledger/set_balance.sql"),
+        ] {
+            let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+            stmt.execute(params![a.account]).map_err(interpret_error)?;
+        }
     }
     Ok(())
 }

@@ -2,10 +2,13 @@
 //! the unique key answers every repeat with the record of the claim that made the
 //! effect, and a claim that is not current cannot record a key.
 
-use idem_store::{EffectClaim, EffectClaimed, JobLock, JobRow};
+use idem_store::{EffectClaim, EffectClaimed, JobLock, JobRow, Purge, PurgeTarget};
 
 use crate::TestDb;
-use crate::fixture::{at, get, job_in, reclaimed, running, t0};
+use crate::fixture::{
+    assert_waits_for, at, get, job_in, pg_gate_after_insert, reclaimed, running, spawn_started, t0,
+};
+use crate::harness::within;
 
 fn claim_of(key: &str, job: &JobRow) -> EffectClaim {
     EffectClaim {
@@ -107,4 +110,49 @@ pub async fn effect_others_lists_a_jobs_other_keys(db: &TestDb) {
         .expect("other job");
     assert!(none.is_empty(), "{none:?}");
     tx.rollback().await.expect("rollback");
+}
+
+/// PostgreSQL: an effect claim whose insert met the key of another job, and whose
+/// holder was then purged before the claim read it back, claims the key for itself
+/// (`New`): a current claim is never answered `LeaseLost`. The gap between the insert
+/// and the read is held open with a gate, and the purge commits inside it.
+pub async fn effect_claim_survives_its_holder_purged_meanwhile(db: &TestDb) {
+    let holder = running(db, job_in("ep1", "thumb"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    let first = tx.effect_claim(claim_of("thumbnail:9:64", &holder)).await;
+    assert_eq!(first.expect("claim"), EffectClaimed::New);
+    tx.commit().await.expect("commit");
+    let current = running(db, job_in("ep2", "thumb"), t0()).await;
+    let mut gate = pg_gate_after_insert(db, "idem_effect").await;
+    let store = db.store.clone();
+    let lease = current.lease_token();
+    let claim = spawn_started(async move {
+        let mut tx = store.begin().await?;
+        tx.job_lock(JobLock { lease }).await?;
+        let claimed = tx
+            .effect_claim(claim_of("thumbnail:9:64", &current))
+            .await?;
+        tx.commit().await?;
+        Ok::<_, idem_store::StoreError>(claimed)
+    })
+    .await;
+    assert_waits_for(db, &mut gate, &claim).await;
+    let purge = Purge {
+        target: PurgeTarget::EffectKeys,
+        before: at(10_000),
+        limit: 10,
+    };
+    assert_eq!(db.store.purge(purge).await.expect("purge"), 1);
+    gate.commit().await.expect("open the gate");
+    let claimed = within(30, "the claim", claim).await.expect("claim task");
+    assert_eq!(
+        claimed.expect("a current claim is answered"),
+        EffectClaimed::New
+    );
+    let rows = db
+        .store
+        .query("SELECT job_id FROM idem_effect", &[])
+        .await
+        .expect("records");
+    assert_eq!(rows, vec![vec![lease.job_id.into()]]);
 }

@@ -3,10 +3,13 @@
 //! differs from its entries and repair rebuilds it (a dry run first); a claim that is
 //! not current cannot post.
 
-use idem_store::{JobRow, LedgerPost, LedgerPosted, SqlValue};
+use idem_store::{JobLock, JobRow, LedgerPost, LedgerPosted, SqlValue};
 
 use crate::TestDb;
-use crate::fixture::{job_in, reclaimed, running, t0};
+use crate::fixture::{
+    assert_waits_for, job_in, pg_gate_after_insert, reclaimed, running, spawn_started, t0,
+};
+use crate::harness::within;
 
 fn post(job: &JobRow, key: &str, account: &str, amount: i64) -> LedgerPost {
     LedgerPost {
@@ -96,4 +99,76 @@ pub async fn ledger_post_refuses_a_stale_claim(db: &TestDb) {
     tx.commit().await.expect("commit");
     assert!(balances(db).await.is_empty());
     assert!(db.store.ledger_verify().await.expect("verify").is_empty());
+}
+
+/// A repair of an account that waited for a post in flight counts the posted entry: the
+/// total it writes is the sum of the entries committed when it holds the account's row,
+/// never a sum taken before it waited (which would overwrite the post's move).
+pub async fn ledger_repair_counts_a_post_that_commits_while_it_waits(db: &TestDb) {
+    let job = running(db, job_in("l3", "transfer"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.ledger_post(post(&job, "r1", "carol", 50))
+        .await
+        .expect("post");
+    let corrupt = "UPDATE idem_ledger_balance SET balance = 0 WHERE account = 'carol'";
+    tx.execute(corrupt, &[]).await.expect("corrupt");
+    tx.commit().await.expect("commit");
+    let found = db.store.ledger_verify().await.expect("verify");
+    assert_eq!(found.len(), 1, "{found:?}");
+    let mut posting = db.store.begin().await.expect("begin");
+    let posted = posting.ledger_post(post(&job, "r2", "carol", 100)).await;
+    assert!(posted.expect("post in flight").is_new());
+    let store = db.store.clone();
+    let repair = spawn_started(async move {
+        let mut tx = store.begin().await?;
+        tx.ledger_rebuild(found).await?;
+        tx.commit().await
+    })
+    .await;
+    assert_waits_for(db, &mut posting, &repair).await;
+    posting.commit().await.expect("commit the post");
+    let repaired = within(30, "the repair", repair).await.expect("repair task");
+    repaired.expect("repair");
+    assert!(db.store.ledger_verify().await.expect("verify").is_empty());
+    assert_eq!(balances(db).await, vec![("carol".into(), 150)]);
+}
+
+/// PostgreSQL: a post whose insert met an existing entry, which was then deleted before
+/// the post read it back, inserts its own entry (`New`): a current claim is never
+/// answered `LeaseLost`. The gap is held open with a gate.
+pub async fn ledger_post_survives_its_entry_deleted_meanwhile(db: &TestDb) {
+    let first = running(db, job_in("l4", "transfer"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.ledger_post(post(&first, "d1", "dave", 7))
+        .await
+        .expect("post");
+    tx.commit().await.expect("commit");
+    let current = running(db, job_in("l5", "transfer"), t0()).await;
+    let mut gate = pg_gate_after_insert(db, "idem_ledger_entry").await;
+    let store = db.store.clone();
+    let lease = current.lease_token();
+    let again = post(&current, "d1", "dave", 7);
+    let posting = spawn_started(async move {
+        let mut tx = store.begin().await?;
+        tx.job_lock(JobLock { lease }).await?;
+        let posted = tx.ledger_post(again).await?;
+        tx.commit().await?;
+        Ok::<_, idem_store::StoreError>(posted)
+    })
+    .await;
+    assert_waits_for(db, &mut gate, &posting).await;
+    let mut delete = db.store.begin().await.expect("begin");
+    let gone = "DELETE FROM idem_ledger_entry WHERE entry_key = 'd1'";
+    assert_eq!(delete.execute(gone, &[]).await.expect("delete"), 1);
+    let undo = "UPDATE idem_ledger_balance SET balance = balance - 7 WHERE account = 'dave'";
+    delete.execute(undo, &[]).await.expect("undo the total");
+    delete.commit().await.expect("commit the delete");
+    gate.commit().await.expect("open the gate");
+    let posted = within(30, "the post", posting).await.expect("post task");
+    assert_eq!(
+        posted.expect("a current claim is answered"),
+        LedgerPosted::New
+    );
+    assert!(db.store.ledger_verify().await.expect("verify").is_empty());
+    assert_eq!(balances(db).await, vec![("dave".into(), 7)]);
 }
