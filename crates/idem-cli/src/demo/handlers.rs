@@ -1,0 +1,121 @@
+//! The demo's job handlers: a receipt mail and a ledger transfer, each committing its
+//! effects and its completion in the job's one fenced transaction.
+//!
+//! What must stay true: every effect is written through the `EffectTx` of the claim, under
+//! an effect key, so a repeated job or a stale claim changes nothing.
+
+use std::time::Duration;
+
+use idem::{
+    EffectClass, EffectKey, EffectTx, Guard, Handler, IdemError, JobContext, JobError, LeaseToken,
+    Transition,
+};
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+pub(super) struct Receipt {
+    order_id: i64,
+}
+
+/// The demo's handler: "renders" the mail, then in one fenced transaction moves the order
+/// from `paid` to `receipted` (a guarded transition), writes the mail with the next
+/// receipt number if its effect key is new, and completes the job.
+pub(super) struct ReceiptMail {
+    pub(super) work: Duration,
+    pub(super) worker: String,
+    pub(super) orders: Guard,
+}
+
+impl Handler for ReceiptMail {
+    const KIND: &'static str = "receipt-mail";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = Receipt;
+
+    async fn run(&self, cx: &mut JobContext, args: Receipt) -> Result<(), JobError> {
+        tokio::time::sleep(self.work).await;
+        let (lease, order) = (cx.lease(), args.order_id);
+        let mut tx = cx.begin().await?;
+        let moved = self
+            .orders
+            .apply(tx.store_tx(), order, "paid", "receipted")
+            .await?;
+        let sql = "INSERT INTO demo_order_move (order_id, job_id, outcome) VALUES ($1, $2, $3)";
+        let log = [order.into(), lease.job_id.into(), outcome(&moved).into()];
+        tx.execute(sql, &log).await?;
+        let key = EffectKey::new("receipt-mail").part(order);
+        let paid = !matches!(moved, Transition::Conflict { .. });
+        if paid && tx.claim_effect(&key).await?.is_new() {
+            self.write_mail(&mut tx, lease, order).await?;
+        }
+        tx.complete().await?;
+        Ok(())
+    }
+}
+
+impl ReceiptMail {
+    /// Gives the mail the next receipt number and writes it to the outbox.
+    async fn write_mail(
+        &self,
+        tx: &mut EffectTx<'_>,
+        lease: LeaseToken,
+        order: i64,
+    ) -> Result<(), IdemError> {
+        let number_key = EffectKey::new("receipt-number").part(order);
+        let receipt = tx.next_number("receipt", &number_key).await?;
+        let sql = "INSERT INTO demo_outbox (order_id, receipt_no, job_id, fence, worker) \
+                   VALUES ($1, $2, $3, $4, $5)";
+        let row = [
+            order.into(),
+            receipt.number.into(),
+            lease.job_id.into(),
+            lease.fence.into(),
+            self.worker.as_str().into(),
+        ];
+        tx.execute(sql, &row).await?;
+        Ok(())
+    }
+}
+
+/// A guarded transition's answer as the demo logs it.
+fn outcome(t: &Transition) -> &'static str {
+    match t {
+        Transition::Changed => "changed",
+        Transition::AlreadyThere => "already_there",
+        Transition::Conflict { .. } => "conflict",
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct TransferArgs {
+    id: i64,
+    from: String,
+    to: String,
+    amount: i64,
+}
+
+/// The demo's ledger transfer: a debit and a credit keyed by the transfer, posted with
+/// the completion in one fenced transaction.
+pub(super) struct Transfer;
+
+impl Handler for Transfer {
+    const KIND: &'static str = "transfer";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = TransferArgs;
+
+    async fn run(&self, cx: &mut JobContext, t: TransferArgs) -> Result<(), JobError> {
+        let mut tx = cx.begin().await?;
+        let key = |side: &str| EffectKey::new("transfer").part(t.id).part(side);
+        tx.ledger_post(&key("debit"), &t.from, -t.amount).await?;
+        tx.ledger_post(&key("credit"), &t.to, t.amount).await?;
+        tx.complete().await?;
+        Ok(())
+    }
+}
+
+/// The job kinds this binary runs (the demo's), with their effect classes.
+pub fn kinds() -> Vec<(String, idem::EffectClass)> {
+    vec![
+        (ReceiptMail::KIND.to_owned(), ReceiptMail::EFFECT),
+        (Transfer::KIND.to_owned(), Transfer::EFFECT),
+    ]
+}
