@@ -99,7 +99,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Dead(cmd) => dead::dead(&db(), cmd).await,
         Command::Purge(args) => dead::purge(&db(), args).await,
         Command::Ledger(cmd) => ops::ledger(&db(), cmd).await,
-        Command::Guarantees => Ok(ops::guarantees(&demo::kinds())),
+        Command::Guarantees => Ok(ops::guarantees(&demo::kinds()?)),
         Command::Config(cmd) => config::run(cmd),
     }
 }

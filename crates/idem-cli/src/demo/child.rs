@@ -8,10 +8,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use idem::{Guard, Idem, WorkerConfig};
+use idem::{Idem, WorkerConfig};
 
 use super::QUEUE;
-use super::handlers::{ReceiptMail, Transfer};
+use super::handlers;
 
 /// Starts the line on which a worker process prints its report.
 pub(super) const REPORT_MARKER: &str = "IDEM_WORKER_REPORT";
@@ -40,12 +40,7 @@ pub async fn worker(args: DemoWorkerArgs, url: String) -> anyhow::Result<ExitCod
     config.rescue_interval = Duration::from_millis(250);
     config.shutdown_timeout = Duration::from_secs(5);
     let mut w = idem.worker(config)?;
-    w.register(ReceiptMail {
-        work: Duration::from_millis(args.work_ms),
-        worker: args.name,
-        orders: Guard::new("demo_order", "order_id", "status")?,
-    })?;
-    w.register(Transfer)?;
+    handlers::register(&mut w, &args.name, Duration::from_millis(args.work_ms))?;
     let running = w.start();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -1,5 +1,6 @@
 //! The demo's job handlers: a receipt mail and a ledger transfer, each committing its
-//! effects and its completion in the job's one fenced transaction.
+//! effects and its completion in the job's one fenced transaction; and their one
+//! registration, from which `idem guarantees` also takes its list of kinds.
 //!
 //! What must stay true: every effect is written through the `EffectTx` of the claim, under
 //! an effect key, so a repeated job or a stale claim changes nothing.
@@ -8,22 +9,22 @@ use std::time::Duration;
 
 use idem::{
     EffectClass, EffectKey, EffectTx, Guard, Handler, IdemError, JobContext, JobError, LeaseToken,
-    Transition,
+    Transition, Worker,
 };
 use serde::Deserialize;
 
 #[derive(Deserialize)]
-pub(super) struct Receipt {
+struct Receipt {
     order_id: i64,
 }
 
 /// The demo's handler: "renders" the mail, then in one fenced transaction moves the order
 /// from `paid` to `receipted` (a guarded transition), writes the mail with the next
 /// receipt number if its effect key is new, and completes the job.
-pub(super) struct ReceiptMail {
-    pub(super) work: Duration,
-    pub(super) worker: String,
-    pub(super) orders: Guard,
+struct ReceiptMail {
+    work: Duration,
+    worker: String,
+    orders: Guard,
 }
 
 impl Handler for ReceiptMail {
@@ -86,7 +87,7 @@ fn outcome(t: &Transition) -> &'static str {
 }
 
 #[derive(Deserialize)]
-pub(super) struct TransferArgs {
+struct TransferArgs {
     id: i64,
     from: String,
     to: String,
@@ -95,7 +96,7 @@ pub(super) struct TransferArgs {
 
 /// The demo's ledger transfer: a debit and a credit keyed by the transfer, posted with
 /// the completion in one fenced transaction.
-pub(super) struct Transfer;
+struct Transfer;
 
 impl Handler for Transfer {
     const KIND: &'static str = "transfer";
@@ -112,10 +113,45 @@ impl Handler for Transfer {
     }
 }
 
+/// Where the demo's handlers are registered: a demo worker, or the list of kinds that
+/// `idem guarantees` prints. [`register`] serves both, so the list cannot miss a handler.
+pub(super) trait Registry {
+    /// Takes one handler.
+    fn add<H: Handler>(&mut self, handler: H) -> anyhow::Result<()>;
+}
+
+impl Registry for Worker {
+    fn add<H: Handler>(&mut self, handler: H) -> anyhow::Result<()> {
+        self.register(handler)?;
+        Ok(())
+    }
+}
+
+/// The kind and effect class of every handler registered on it.
+#[derive(Default)]
+struct Kinds(Vec<(String, EffectClass)>);
+
+impl Registry for Kinds {
+    fn add<H: Handler>(&mut self, _: H) -> anyhow::Result<()> {
+        self.0.push((H::KIND.to_owned(), H::EFFECT));
+        Ok(())
+    }
+}
+
+/// Registers every handler of the demo: `worker` names the process in the outbox rows it
+/// writes, `work` is the simulated work before a receipt's effect transaction.
+pub(super) fn register(r: &mut impl Registry, worker: &str, work: Duration) -> anyhow::Result<()> {
+    r.add(ReceiptMail {
+        work,
+        worker: worker.to_owned(),
+        orders: Guard::new("demo_order", "order_id", "status")?,
+    })?;
+    r.add(Transfer)
+}
+
 /// The job kinds this binary runs (the demo's), with their effect classes.
-pub fn kinds() -> Vec<(String, idem::EffectClass)> {
-    vec![
-        (ReceiptMail::KIND.to_owned(), ReceiptMail::EFFECT),
-        (Transfer::KIND.to_owned(), Transfer::EFFECT),
-    ]
+pub fn kinds() -> anyhow::Result<Vec<(String, EffectClass)>> {
+    let mut kinds = Kinds::default();
+    register(&mut kinds, "", Duration::ZERO)?;
+    Ok(kinds.0)
 }
