@@ -18,7 +18,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::scratch;
+use crate::scratch::{self, ScratchArgs};
 
 /// One benchmark scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -84,9 +84,9 @@ pub struct BenchArgs {
     /// Tiny sizes: checks that every scenario runs (for CI); the figures mean nothing
     #[arg(long)]
     pub smoke: bool,
-    /// Keep the scratch database afterwards
-    #[arg(long)]
-    pub keep: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub scratch: ScratchArgs,
 }
 
 impl BenchArgs {
@@ -128,10 +128,10 @@ impl BenchArgs {
 }
 
 /// `idem bench`.
-pub async fn run(mut args: BenchArgs, url: Option<String>) -> anyhow::Result<ExitCode> {
+pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
     let query = format!("?synchronous={}", args.synchronous);
-    let db = scratch::open(url, "bench", &query).await?;
+    let db = scratch::open(args.scratch.database_url.clone(), "bench", &query).await?;
     let bar = progress(&args);
     let mut results = Vec::new();
     if args.history > 0 {
@@ -149,7 +149,7 @@ pub async fn run(mut args: BenchArgs, url: Option<String>) -> anyhow::Result<Exi
             Ok(mut r) => results.append(&mut r),
             Err(e) => {
                 bar.abandon();
-                db.finish(args.keep).await;
+                db.finish(args.scratch.keep).await;
                 return Err(e.context(format!("scenario {scenario:?} failed")));
             }
         }
@@ -157,7 +157,7 @@ pub async fn run(mut args: BenchArgs, url: Option<String>) -> anyhow::Result<Exi
     bar.finish_and_clear();
     let backend = db.idem.store().backend();
     let label = db.label.clone();
-    db.finish(args.keep).await;
+    db.finish(args.scratch.keep).await;
     report::print(&args, backend, &label, &results)?;
     Ok(ExitCode::SUCCESS)
 }

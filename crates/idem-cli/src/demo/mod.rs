@@ -26,7 +26,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::scratch;
+use crate::scratch::{self, ScratchArgs};
 pub use child::{DemoWorkerArgs, worker};
 pub use handlers::kinds;
 
@@ -54,9 +54,8 @@ pub struct DemoArgs {
     /// Do not kill or pause workers
     #[arg(long)]
     no_chaos: bool,
-    /// Keep the temporary SQLite file or PostgreSQL schema afterwards
-    #[arg(long)]
-    keep: bool,
+    #[command(flatten)]
+    scratch: ScratchArgs,
 }
 
 impl DemoArgs {
@@ -83,9 +82,9 @@ impl DemoArgs {
 }
 
 /// `idem demo`.
-pub async fn run(args: DemoArgs, url: Option<String>) -> anyhow::Result<ExitCode> {
+pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
-    let db = scratch::open(url, "demo", "")
+    let db = scratch::open(args.scratch.database_url.clone(), "demo", "")
         .await
         .context("cannot set up the demo database")?;
     println!(
@@ -104,7 +103,7 @@ pub async fn run(args: DemoArgs, url: Option<String>) -> anyhow::Result<ExitCode
     let chaos = chaos?;
     let verdict = verify::verify(&db.idem, ids).await?;
     report::print(&args, &chaos, &reports, &verdict, started.elapsed());
-    db.finish(args.keep).await;
+    db.finish(args.scratch.keep).await;
     Ok(if verdict.ok() {
         ExitCode::SUCCESS
     } else {

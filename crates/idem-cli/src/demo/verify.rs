@@ -63,7 +63,7 @@ impl Verdict {
 }
 
 /// Receipt numbers and order moves as the database holds them, over every receipt the
-/// demo's tables hold (a database the URL names may hold earlier runs).
+/// demo's tables hold (this run's only: the demo runs in a database of its own).
 pub(super) struct Receipts {
     /// Mails in the outbox.
     pub(super) mails: i64,
