@@ -34,7 +34,18 @@ impl Fleet {
         })
     }
 
-    pub(super) fn spawn(&mut self) -> anyhow::Result<()> {
+    /// Starts `n` worker processes and prints their names and process ids.
+    pub(super) fn start(&mut self, n: usize) -> anyhow::Result<()> {
+        let mut started = Vec::new();
+        for _ in 0..n {
+            started.push(self.spawn()?);
+        }
+        println!("workers: {}", started.join(", "));
+        Ok(())
+    }
+
+    /// Starts one worker process; answers its name and process id, as `name (pid N)`.
+    fn spawn(&mut self) -> anyhow::Result<String> {
         self.spawned += 1;
         let name = format!("demo-w{}", self.spawned);
         let child = Command::new(&self.exe)
@@ -52,8 +63,9 @@ impl Fleet {
             .kill_on_drop(true)
             .spawn()
             .context("cannot start a worker process")?;
+        let started = format!("{name} (pid {})", child.id().unwrap_or_default());
         self.live.push((name, child));
-        Ok(())
+        Ok(started)
     }
 
     pub(super) fn signal(&self, index: usize, sig: libc::c_int) -> Option<(String, u32)> {
@@ -71,9 +83,9 @@ impl Fleet {
         };
         let (_, mut child) = self.live.remove(index);
         let _ = child.wait().await;
-        self.spawn()?;
+        let replacement = self.spawn()?;
         Ok(Some(format!(
-            "killed {name} (pid {pid}) with SIGKILL mid-run and started a replacement"
+            "killed {name} (pid {pid}) with SIGKILL mid-run and started {replacement} in its place"
         )))
     }
 

@@ -95,9 +95,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let ids = producer::enqueue(&db.idem, args.jobs).await?;
     let mut fleet = fleet::Fleet::new(&args, &db.url)?;
-    for _ in 0..args.workers {
-        fleet.spawn()?;
-    }
+    fleet.start(args.workers)?;
     let chaos = chaos::drive(&db.idem, &args, &mut fleet, ids).await;
     let reports = fleet.stop().await;
     let chaos = chaos?;
