@@ -7,6 +7,7 @@ mod bench;
 mod config;
 mod dead;
 mod demo;
+mod interrupt;
 mod ops;
 mod scratch;
 

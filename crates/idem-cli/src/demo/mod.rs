@@ -26,8 +26,10 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 
-use crate::scratch::{self, ScratchArgs};
+use crate::interrupt::Interrupt;
+use crate::scratch::{self, Scratch, ScratchArgs};
 pub use child::{DemoWorkerArgs, worker};
+use fleet::Fleet;
 pub use handlers::kinds;
 
 /// The queue every demo job goes to and every demo worker serves.
@@ -81,9 +83,13 @@ impl DemoArgs {
     }
 }
 
-/// `idem demo`.
+/// `idem demo`: its database and its worker processes are set up outside the run proper,
+/// so that they are cleaned up however the run ends: finished, failed, or cut short by
+/// SIGINT or SIGTERM.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
+    let mut interrupt = Interrupt::listen()?;
+    let mut fleet = Fleet::new(&args)?;
     let db = scratch::open(args.scratch.database_url.clone(), "demo", "")
         .await
         .context("cannot set up the demo database")?;
@@ -92,16 +98,33 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         args.jobs, args.workers, args.concurrency, args.lease_ms
     );
     println!("database: {}", db.label);
+    let outcome = interrupt.run(demonstrate(&args, &db, &mut fleet)).await;
+    let killed = fleet.kill_all().await;
+    db.finish(args.scratch.keep).await;
+    match outcome {
+        Ok(done) => done,
+        Err(signal) => {
+            let workers = match killed.is_empty() {
+                true => "no worker process had started".to_owned(),
+                false => format!("killed {}", killed.join(", ")),
+            };
+            eprintln!("idem demo: stopped by {signal}; {workers}");
+            Ok(signal.exit_code())
+        }
+    }
+}
+
+/// The run proper: enqueue, start the workers, watch them with chaos until every job is
+/// finished, stop them, check the database and print the report.
+async fn demonstrate(args: &DemoArgs, db: &Scratch, fleet: &mut Fleet) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let ids = producer::enqueue(&db.idem, args.jobs).await?;
-    let mut fleet = fleet::Fleet::new(&args, &db.url)?;
-    fleet.start(args.workers)?;
-    let chaos = chaos::drive(&db.idem, &args, &mut fleet, ids).await;
+    fleet.start(&db.url, args.workers)?;
+    let chaos = chaos::drive(&db.idem, args, fleet, ids).await;
     let reports = fleet.stop().await;
     let chaos = chaos?;
     let verdict = verify::verify(&db.idem, ids).await?;
-    report::print(&args, &chaos, &reports, &verdict, started.elapsed());
-    db.finish(args.scratch.keep).await;
+    report::print(args, &chaos, &reports, &verdict, started.elapsed());
     Ok(if verdict.ok() {
         ExitCode::SUCCESS
     } else {

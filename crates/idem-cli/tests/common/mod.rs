@@ -34,6 +34,7 @@ pub struct Running {
 impl Running {
     pub fn start(mut cmd: Command) -> Running {
         let mut child = cmd
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -79,6 +80,11 @@ impl Running {
             self.seen.push(line);
         }
         status
+    }
+
+    /// The process id of the `idem` process.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     pub fn output(&self) -> String {
