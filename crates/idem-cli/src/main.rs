@@ -7,6 +7,7 @@ mod bench;
 mod config;
 mod dead;
 mod demo;
+mod interrupt;
 mod ops;
 mod scratch;
 
@@ -14,6 +15,8 @@ use clap::{Parser, Subcommand};
 
 /// Default database when neither `--database-url` nor `IDEM_DATABASE_URL` is given.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://idem.db";
+/// The environment variable naming the database of the operator commands.
+const DATABASE_URL_ENV: &str = "IDEM_DATABASE_URL";
 
 #[derive(Parser)]
 #[command(
@@ -22,8 +25,14 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://idem.db";
     about = "Durable background jobs whose effects happen once"
 )]
 struct Cli {
-    /// sqlite://path or postgres://user@host:port/db [default: sqlite://idem.db]
-    #[arg(long, env = "IDEM_DATABASE_URL", global = true)]
+    /// sqlite://path or postgres://user@host:port/db [default: $IDEM_DATABASE_URL, else
+    /// sqlite://idem.db]
+    ///
+    /// demo and bench never read IDEM_DATABASE_URL: without a URL on their command line
+    /// they work on scratch data (see their --help)
+    // Not `env = …`: clap would hand the variable's value to demo's and bench's own
+    // `database_url` too, and they must never be sent into a database by the environment.
+    #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
     #[command(subcommand)]
     command: Command,
@@ -32,8 +41,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the demonstration: jobs, worker processes killed and paused, a verified report
+    ///
+    /// It runs in a temporary SQLite file, never in the database of IDEM_DATABASE_URL;
+    /// --database-url on its command line chooses another (see below).
     Demo(demo::DemoArgs),
     /// Measure throughput, latency and memory against a ceiling measured in the same run
+    ///
+    /// It runs in a temporary SQLite file, never in the database of IDEM_DATABASE_URL;
+    /// --database-url on its command line chooses another (see below).
     Bench(bench::BenchArgs),
     /// Apply pending migrations
     Migrate,
@@ -86,11 +101,12 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     let url = cli.database_url.clone();
     let db = || {
         url.clone()
+            .or_else(|| std::env::var(DATABASE_URL_ENV).ok())
             .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned())
     };
     match cli.command {
-        Command::Demo(args) => demo::run(args, url).await,
-        Command::Bench(args) => bench::run(args, url).await,
+        Command::Demo(args) => demo::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
         Command::DemoWorker(args) => demo::worker(args, db()).await,
         Command::Migrate => ops::migrate(&db()).await,
         Command::Enqueue(args) => ops::enqueue(&db(), args).await,
@@ -99,7 +115,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Dead(cmd) => dead::dead(&db(), cmd).await,
         Command::Purge(args) => dead::purge(&db(), args).await,
         Command::Ledger(cmd) => ops::ledger(&db(), cmd).await,
-        Command::Guarantees => Ok(ops::guarantees(&demo::kinds())),
+        Command::Guarantees => Ok(ops::guarantees(&demo::kinds()?)),
         Command::Config(cmd) => config::run(cmd),
     }
 }

@@ -1,6 +1,6 @@
-//! HTTP API, inbound Idempotency-Key layer, dashboard and metrics for idem.
+//! Placeholder for idem's HTTP API, inbound Idempotency-Key layer, dashboard and metrics.
 //!
-//! Not built yet: DESIGN.md section 5 and 6 describe what goes here. The crate exists so
-//! the workspace has its final shape and the dependency direction is fixed: `idem-http`
-//! depends on `idem`, and only `idem-cli` depends on `idem-http`.
+//! DESIGN.md sections 5 and 6 describe what will go here. There is no code yet: the crate
+//! has no dependencies and no other crate depends on it. It exists so that the workspace
+//! already has its final set of crates.
 #![warn(missing_docs)]

@@ -13,12 +13,13 @@ mod scenarios;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use crate::scratch;
+use crate::interrupt::Interrupt;
+use crate::scratch::{self, Scratch, ScratchArgs};
 
 /// One benchmark scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -84,9 +85,9 @@ pub struct BenchArgs {
     /// Tiny sizes: checks that every scenario runs (for CI); the figures mean nothing
     #[arg(long)]
     pub smoke: bool,
-    /// Keep the scratch database afterwards
-    #[arg(long)]
-    pub keep: bool,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub scratch: ScratchArgs,
 }
 
 impl BenchArgs {
@@ -127,39 +128,53 @@ impl BenchArgs {
     }
 }
 
-/// `idem bench`.
-pub async fn run(mut args: BenchArgs, url: Option<String>) -> anyhow::Result<ExitCode> {
+/// `idem bench`: the scratch database is removed however the scenarios end: finished,
+/// failed, or cut short by SIGINT or SIGTERM.
+pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
     args.validate()?;
+    let mut interrupt = Interrupt::listen()?;
     let query = format!("?synchronous={}", args.synchronous);
-    let db = scratch::open(url, "bench", &query).await?;
+    let db = scratch::open(args.scratch.database_url.clone(), "bench", &query).await?;
     let bar = progress(&args);
+    let measured = interrupt.run(measure(&db, &args, &bar)).await;
+    match measured {
+        Ok(Ok(_)) => bar.finish_and_clear(),
+        _ => bar.abandon(),
+    }
+    let (backend, label) = (db.idem.store().backend(), db.label.clone());
+    db.finish(args.scratch.keep).await;
+    match measured {
+        Ok(Ok(results)) => {
+            report::print(&args, backend, &label, &results)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Ok(Err(e)) => Err(e),
+        Err(signal) => {
+            eprintln!("idem bench: stopped by {signal}");
+            Ok(signal.exit_code())
+        }
+    }
+}
+
+/// Fills the history if asked, then runs every scenario in turn.
+async fn measure(db: &Scratch, args: &BenchArgs, bar: &ProgressBar) -> anyhow::Result<Vec<Figure>> {
     let mut results = Vec::new();
     if args.history > 0 {
         bar.set_message(format!(
             "filling history with {} finished jobs",
             args.history
         ));
-        scenarios::fill_history(&db, args.history).await?;
+        scenarios::fill_history(db, args.history).await?;
     }
-    for scenario in args.scenarios.clone() {
+    for &scenario in &args.scenarios {
         bar.set_message(format!("{scenario:?}").to_lowercase());
-        let outcome = scenarios::run(&db, &args, scenario).await;
+        let mut figures = scenarios::run(db, args, scenario)
+            .await
+            .with_context(|| format!("scenario {scenario:?} failed"))?;
         bar.inc(1);
-        match outcome {
-            Ok(mut r) => results.append(&mut r),
-            Err(e) => {
-                bar.abandon();
-                db.finish(args.keep).await;
-                return Err(e.context(format!("scenario {scenario:?} failed")));
-            }
-        }
+        results.append(&mut figures);
     }
-    bar.finish_and_clear();
-    let backend = db.idem.store().backend();
-    let label = db.label.clone();
-    db.finish(args.keep).await;
-    report::print(&args, backend, &label, &results)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(results)
 }
 
 fn progress(args: &BenchArgs) -> ProgressBar {

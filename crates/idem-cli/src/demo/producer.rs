@@ -1,0 +1,67 @@
+//! The demo's producer: creates the demo's tables and enqueues its jobs, every chunk with
+//! its orders marked paid in the same transaction.
+
+use idem::{Idem, Job};
+
+use super::QUEUE;
+
+/// The demo's own tables: the mail outbox, the orders (paid when their mail job is
+/// enqueued), and a log of what each receipt job's guarded transition answered.
+const TABLES: [&str; 3] = [
+    "CREATE TABLE IF NOT EXISTS demo_outbox (order_id BIGINT NOT NULL, \
+     receipt_no BIGINT NOT NULL, job_id BIGINT NOT NULL, \
+     fence BIGINT NOT NULL, worker TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS demo_order (order_id BIGINT PRIMARY KEY, \
+     status TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS demo_order_move (order_id BIGINT NOT NULL, \
+     job_id BIGINT NOT NULL, outcome TEXT NOT NULL)",
+];
+/// The orders of the receipt jobs with ids from `$1` to `$2`, paid.
+const PAID_ORDERS: &str = "INSERT INTO demo_order (order_id, status) \
+     SELECT DISTINCT CAST(args ->> 'order_id' AS BIGINT), 'paid' FROM idem_job \
+     WHERE id BETWEEN $1 AND $2 AND kind = 'receipt-mail' \
+     ON CONFLICT (order_id) DO NOTHING";
+
+/// Job `i` of the demo: every third job is a ledger transfer, the others receipt mails.
+/// Every 25th mail or transfer repeats the previous one, as a producer that sent the same
+/// request twice would; the effect key (`receipt-mail:{order}`, `transfer:{id}:debit`)
+/// makes the repeat a no-op.
+fn demo_job(i: usize) -> Job {
+    let repeat = |n: usize| if n % 25 == 24 { n - 1 } else { n };
+    if i % 3 == 2 {
+        let id = repeat(i / 3);
+        let from = id % 10;
+        let to = (from + 1 + id % 9) % 10;
+        let args = serde_json::json!({
+            "id": id, "from": format!("acct-{from}"), "to": format!("acct-{to}"),
+            "amount": 1 + id % 97,
+        });
+        Job::new("transfer", args).queue(QUEUE)
+    } else {
+        let order_id = repeat(i);
+        Job::new("receipt-mail", serde_json::json!({"order_id": order_id})).queue(QUEUE)
+    }
+}
+
+/// Creates the demo's tables, then enqueues the jobs in chunks, each chunk in one
+/// transaction with its orders marked paid (as a shop would record a payment and ask for
+/// its receipt together).
+pub(super) async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {
+    let mut tx = idem.begin().await?;
+    for sql in TABLES {
+        tx.execute(sql, &[]).await?;
+    }
+    tx.commit().await?;
+    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let jobs = chunk.iter().map(|i| demo_job(*i)).collect();
+        let mut tx = idem.begin().await?;
+        let rows = idem.enqueue_many_tx(&mut tx, jobs).await?;
+        let ids = rows.iter().map(|r| r.id);
+        let (lo, hi) = (ids.clone().min().unwrap_or(0), ids.max().unwrap_or(-1));
+        tx.execute(PAID_ORDERS, &[lo.into(), hi.into()]).await?;
+        tx.commit().await?;
+        (first, last) = (first.min(lo), last.max(hi));
+    }
+    Ok((first, last))
+}
