@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::*;
-use idem::retry::RetryLadder;
 use idem::{
     AttemptOutcome, EffectClass, Handler, Job, JobContext, JobError, JobList, JobState,
     WorkerConfig,
@@ -16,15 +15,6 @@ use idem::{
 use idem_store_tests::{TestDb, harness::within};
 use serde::Deserialize;
 use tokio::sync::mpsc;
-
-fn immediate_retries(queue: &str, concurrency: usize) -> WorkerConfig {
-    let mut c = config(queue, concurrency);
-    c.ladder = RetryLadder {
-        rungs: vec![Duration::ZERO],
-        jitter: 0.0,
-    };
-    c
-}
 
 /// Misbehaves on the first attempt (panics or hangs), completes on the next.
 struct FlakyOnce {

@@ -35,6 +35,16 @@ pub fn config(queue: &str, concurrency: usize) -> WorkerConfig {
     c
 }
 
+/// [`config`] with failed attempts retried at once (one rung of zero, no jitter).
+pub fn immediate_retries(queue: &str, concurrency: usize) -> WorkerConfig {
+    let mut c = config(queue, concurrency);
+    c.ladder = idem::retry::RetryLadder {
+        rungs: vec![Duration::ZERO],
+        jitter: 0.0,
+    };
+    c
+}
+
 /// The effect table of the tests: a plain table of the caller's, with no uniqueness, so
 /// a duplicate effect would show as a second row.
 pub const EFFECT_TABLE: &str = "CREATE TABLE test_effect (job_id BIGINT NOT NULL, \
