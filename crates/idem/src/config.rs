@@ -318,7 +318,7 @@ pub fn human(d: Duration) -> String {
 mod tests {
     use super::*;
     use crate::retry::{DEFAULT_JITTER, DEFAULT_LADDER, DEFAULT_MAX_ATTEMPTS};
-    use crate::worker::{DEFAULT_JOB_TIMEOUT, DEFAULT_LEASE, DEFAULT_RESCUE_INTERVAL};
+    use crate::worker::config::{DEFAULT_JOB_TIMEOUT, DEFAULT_LEASE, DEFAULT_RESCUE_INTERVAL};
 
     fn default_horizon() -> Horizon {
         retry_horizon(

@@ -126,6 +126,19 @@ pub struct EffectTx<'a> {
 }
 
 impl<'a> EffectTx<'a> {
+    /// The job as it was claimed: its id, kind, args, this attempt's number and this
+    /// claim's fence (the row [`JobContext::job`] gives).
+    pub fn job(&self) -> &JobRow {
+        self.cx.job()
+    }
+
+    /// The claim this transaction is fenced by: the job's id and its fence, which every
+    /// write in this transaction carries (what [`JobContext::lease`] gives). A
+    /// handler can store it with its effect, to tell later which claim made it.
+    pub fn lease(&self) -> LeaseToken {
+        self.cx.lease()
+    }
+
     /// Runs a statement of the effect (placeholders `$1`, `$2`, …).
     pub async fn execute(&mut self, sql: &str, args: &[SqlValue]) -> Result<u64, IdemError> {
         Ok(self.tx.execute(sql, args).await?)

@@ -1,5 +1,6 @@
-//! Counters of what idem noticed, for operators (the Prometheus exporter of the HTTP
-//! issue reads them).
+//! Counters of what idem noticed, for operators: a client and its clones share one set,
+//! which its workers' jobs add to, and `Idem::metrics` returns them as a
+//! [`MetricsSnapshot`], a plain serializable copy taken at one moment.
 //!
 //! - `unstable_effect_keys`: a retry of a job built a different effect key, of the same
 //!   kind, from the one an earlier attempt of the same job committed: the key is built from

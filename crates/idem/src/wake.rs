@@ -5,8 +5,8 @@
 //! task sends the queues enqueued into after the transaction committed; it sends one
 //! announcement at a time and folds whatever arrived meanwhile into the next, so a busy
 //! producer costs the database a handful of notifications per second, not one per
-//! enqueue. Workers in other processes listen (see `worker.rs`) and fall back to polling
-//! if a notification is lost.
+//! enqueue. Workers in other processes listen (`worker/listener.rs`) and fall back to
+//! polling if a notification is lost.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};

@@ -12,7 +12,6 @@
 mod common;
 
 use std::io::Write;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,12 +93,7 @@ fn marker(job_id: i64, owner: &str) {
 #[test]
 #[ignore = "run as a child process by the crash tests of this file"]
 fn crash_child() {
-    let Ok(url) = std::env::var(CHILD_ENV) else {
-        eprintln!("crash_child runs only as a child process ({CHILD_ENV} is unset)");
-        return;
-    };
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async move {
+    as_child("crash_child", CHILD_ENV, |url| async move {
         let store = open_store(&url).await.expect("child opens the store");
         let idem = Idem::from_store(store);
         let point = Point::parse(&std::env::var(POINT_ENV).expect("crash point"));
@@ -111,22 +105,10 @@ fn crash_child() {
 }
 
 async fn run_child(url: &str, point: Point) -> String {
-    let exe = std::env::current_exe().expect("test binary path");
-    let child = tokio::process::Command::new(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            "crash_child",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV, url)
-        .env(POINT_ENV, point.name())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn the child worker");
+    let child = spawn_test_child(
+        "crash_child",
+        &[(CHILD_ENV, url), (POINT_ENV, point.name())],
+    );
     let out = within(120, "the child worker aborts", child.wait_with_output())
         .await
         .expect("child output");

@@ -1,13 +1,16 @@
 //! Effect keys on both stores: of two executions racing on one key exactly one makes the
 //! effect and the other is told it was already done; a stale execution cannot claim a
-//! key at all; a rolled-back claim leaves no key behind.
+//! key at all; a rolled-back claim leaves no key behind. And an effect transaction
+//! tells which claim it belongs to (job id, attempt, fence).
 
 mod common;
 
 use std::sync::Arc;
 
 use common::*;
-use idem::{EffectClaimed, EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError};
+use idem::{
+    EffectClaimed, EffectClass, EffectKey, Handler, Idem, Job, JobContext, JobError, LeaseToken,
+};
 use idem_store_tests::harness::within;
 use idem_store_tests::{TestDb, open_store};
 use tokio::sync::{Barrier, mpsc};
@@ -158,12 +161,7 @@ async fn run_retried(db: &TestDb, stable: bool) -> (bool, u64) {
         .await
         .unwrap();
     let (done, mut done_rx) = mpsc::unbounded_channel();
-    let mut cfg = config("r", 1);
-    cfg.ladder = idem::retry::RetryLadder {
-        rungs: vec![std::time::Duration::ZERO],
-        jitter: 0.0,
-    };
-    let mut w = idem.worker(cfg).unwrap();
+    let mut w = idem.worker(immediate_retries("r", 1)).unwrap();
     w.register(Retried { stable, done }).unwrap();
     let w = w.start();
     let new_on_retry = within(30, "the retry completes", done_rx.recv())
@@ -188,8 +186,82 @@ async fn a_stable_key_is_not_flagged(db: &TestDb) {
     assert_eq!(unstable, 0, "the detector stays silent");
 }
 
+/// Fails its first attempt; on the next, writes its effect row with the job id and fence
+/// its effect transaction tells, and reports the job and the lease it was told.
+struct ToldItsClaim {
+    told: mpsc::UnboundedSender<(idem::JobRow, LeaseToken)>,
+}
+
+impl Handler for ToldItsClaim {
+    const KIND: &'static str = "told";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let mut tx = cx.begin().await?;
+        let (job, lease) = (tx.job().clone(), tx.lease());
+        if job.attempt == 1 {
+            return Err(JobError::retry("the first attempt fails")); // tx rolls back
+        }
+        let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, $3)";
+        let row = [
+            lease.job_id.into(),
+            lease.fence.into(),
+            job.kind.as_str().into(),
+        ];
+        tx.execute(sql, &row).await?;
+        tx.complete().await?;
+        let _ = self.told.send((job, lease));
+        Ok(())
+    }
+}
+
+/// An effect transaction tells its job's id, attempt and fence: on the second attempt,
+/// attempt 2 under fence 2, the claim the job completed under.
+async fn an_effect_transaction_tells_its_claim(db: &TestDb) {
+    let idem = client(db, None);
+    create_effect_table(&idem).await;
+    let job = idem
+        .enqueue(Job::new("told", serde_json::json!({})).queue("t"))
+        .await
+        .unwrap();
+    let (told, mut told_rx) = mpsc::unbounded_channel();
+    let mut w = idem.worker(immediate_retries("t", 1)).unwrap();
+    w.register(ToldItsClaim { told }).unwrap();
+    let w = w.start();
+    let (seen, lease) = within(30, "the retry completes", told_rx.recv())
+        .await
+        .unwrap();
+    within(30, "shutdown", w.shutdown()).await;
+    let done = common::job(&idem, job.id).await;
+    assert_eq!(
+        (seen.id, seen.attempt, seen.kind.as_str()),
+        (job.id, 2, "told")
+    );
+    assert_eq!((done.state, done.attempt), (idem::JobState::Completed, 2));
+    assert_eq!(
+        lease,
+        LeaseToken {
+            job_id: job.id,
+            fence: 2
+        }
+    );
+    assert_eq!(
+        lease,
+        done.lease_token(),
+        "the claim the job completed under"
+    );
+    let rows = effects(&idem).await;
+    assert_eq!(
+        rows,
+        vec![(job.id, 2, "told".to_owned())],
+        "one row, from attempt 2"
+    );
+}
+
 idem_store_tests::store_cases!(
     two_executions_race_on_one_key,
+    an_effect_transaction_tells_its_claim,
     an_unstable_key_is_detected,
     a_stable_key_is_not_flagged,
 );

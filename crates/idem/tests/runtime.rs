@@ -1,6 +1,7 @@
 //! The worker runtime on both stores: panics and timeouts are failed attempts, unknown
-//! kinds and undecodable args do not stop a worker, shutdown is graceful, concurrency is
-//! bounded per queue, and a caller's transaction carries enqueues.
+//! kinds and undecodable args do not stop a worker, shutdown is graceful (also when a
+//! future asks for it), concurrency is bounded per queue, and a caller's transaction
+//! carries enqueues.
 
 mod common;
 
@@ -8,7 +9,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::*;
-use idem::retry::RetryLadder;
 use idem::{
     AttemptOutcome, EffectClass, Handler, Job, JobContext, JobError, JobList, JobState,
     WorkerConfig,
@@ -16,15 +16,6 @@ use idem::{
 use idem_store_tests::{TestDb, harness::within};
 use serde::Deserialize;
 use tokio::sync::mpsc;
-
-fn immediate_retries(queue: &str, concurrency: usize) -> WorkerConfig {
-    let mut c = config(queue, concurrency);
-    c.ladder = RetryLadder {
-        rungs: vec![Duration::ZERO],
-        jitter: 0.0,
-    };
-    c
-}
 
 /// Misbehaves on the first attempt (panics or hangs), completes on the next.
 struct FlakyOnce {
@@ -175,19 +166,26 @@ impl Handler for Holding {
     }
 }
 
-fn holding() -> (
-    Holding,
+/// A worker with `cfg` running [`Holding`]; the receiver hears each job start, the
+/// sender releases them all.
+fn holding(
+    idem: &idem::Idem,
+    cfg: WorkerConfig,
+) -> (
+    idem::Worker,
     mpsc::UnboundedReceiver<i64>,
     tokio::sync::watch::Sender<bool>,
 ) {
     let (started, started_rx) = events();
     let (release_tx, release) = tokio::sync::watch::channel(false);
-    let h = Holding {
+    let mut w = idem.worker(cfg).unwrap();
+    w.register(Holding {
         started,
         release,
         finished: AtomicU32::new(0),
-    };
-    (h, started_rx, release_tx)
+    })
+    .unwrap();
+    (w, started_rx, release_tx)
 }
 
 async fn enqueue_holds(idem: &idem::Idem, n: usize) -> Vec<i64> {
@@ -201,9 +199,7 @@ async fn enqueue_holds(idem: &idem::Idem, n: usize) -> Vec<i64> {
 async fn concurrency_is_bounded_per_queue(db: &TestDb) {
     let idem = client(db, None);
     enqueue_holds(&idem, 5).await;
-    let (h, mut started, release) = holding();
-    let mut w = idem.worker(config("q", 2)).unwrap();
-    w.register(h).unwrap();
+    let (w, mut started, release) = holding(&idem, config("q", 2));
     let w = w.start();
     for _ in 0..2 {
         within(30, "a job starts", started.recv()).await.unwrap();
@@ -228,9 +224,7 @@ async fn concurrency_is_bounded_per_queue(db: &TestDb) {
 async fn shutdown_lets_running_jobs_finish_and_claims_no_more(db: &TestDb) {
     let idem = client(db, None);
     let ids = enqueue_holds(&idem, 2).await;
-    let (h, mut started, release) = holding();
-    let mut w = idem.worker(config("q", 1)).unwrap();
-    w.register(h).unwrap();
+    let (w, mut started, release) = holding(&idem, config("q", 1));
     let w = w.start();
     let first = within(30, "a job starts", started.recv()).await.unwrap();
     let mut shutdown = Box::pin(w.shutdown());
@@ -244,14 +238,34 @@ async fn shutdown_lets_running_jobs_finish_and_claims_no_more(db: &TestDb) {
     assert_eq!(common::job(&idem, other).await.state, JobState::Available);
 }
 
+/// `shutdown_when` keeps the worker running until its future resolves (a second job is
+/// claimed after the first finished), then shuts down gracefully.
+async fn shutdown_when_waits_for_its_future(db: &TestDb) {
+    let idem = client(db, None);
+    enqueue_holds(&idem, 1).await;
+    let (w, mut started, release) = holding(&idem, config("q", 1));
+    let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let stopping = tokio::spawn(w.start().shutdown_when(stop_rx));
+    within(30, "the first job starts", started.recv())
+        .await
+        .unwrap();
+    release.send(true).unwrap();
+    let second = enqueue_holds(&idem, 1).await[0];
+    let next = within(30, "the second job starts", started.recv()).await;
+    assert_eq!(next, Some(second), "still claiming before the stop");
+    assert!(!stopping.is_finished());
+    stop.send(()).unwrap();
+    let report = within(30, "shutdown", stopping).await.unwrap();
+    assert_eq!((report.claimed, report.completed), (2, 2));
+    assert_eq!(common::job(&idem, second).await.state, JobState::Completed);
+}
+
 async fn shutdown_timeout_stops_a_stuck_job_for_a_later_retry(db: &TestDb) {
     let idem = client(db, None);
     let ids = enqueue_holds(&idem, 1).await;
-    let (h, mut started, _release) = holding();
     let mut cfg = config("q", 1);
     cfg.shutdown_timeout = Duration::from_millis(50);
-    let mut w = idem.worker(cfg).unwrap();
-    w.register(h).unwrap();
+    let (w, mut started, _release) = holding(&idem, cfg);
     let w = w.start();
     within(30, "the job starts", started.recv()).await.unwrap();
     let report = within(30, "shutdown", w.shutdown()).await;
@@ -335,6 +349,7 @@ idem_store_tests::store_cases!(
     concurrency_is_bounded_per_queue,
     shutdown_lets_running_jobs_finish_and_claims_no_more,
     shutdown_timeout_stops_a_stuck_job_for_a_later_retry,
+    shutdown_when_waits_for_its_future,
     caller_transaction_carries_enqueues,
     invalid_jobs_and_configs_are_refused_whole,
 );

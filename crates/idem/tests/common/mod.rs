@@ -2,6 +2,8 @@
 //! in the caller's own schema, and signals that handlers send to the test.
 #![allow(dead_code)]
 
+use std::future::Future;
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +34,16 @@ pub fn config(queue: &str, concurrency: usize) -> WorkerConfig {
     let mut c = WorkerConfig::default().only_queue(queue, concurrency);
     c.poll_interval = Duration::from_millis(20);
     c.rescue_interval = Duration::from_secs(3600);
+    c
+}
+
+/// [`config`] with failed attempts retried at once (one rung of zero, no jitter).
+pub fn immediate_retries(queue: &str, concurrency: usize) -> WorkerConfig {
+    let mut c = config(queue, concurrency);
+    c.ladder = idem::retry::RetryLadder {
+        rungs: vec![Duration::ZERO],
+        jitter: 0.0,
+    };
     c
 }
 
@@ -151,4 +163,36 @@ impl Handler for WriteEffect {
         self.done.fire((lease.fence, new)).await;
         Ok(())
     }
+}
+
+/// Runs the ignored test `name` of this same test binary as a child process, with `env`
+/// set and its stdout and stderr piped; the child is killed if dropped.
+pub fn spawn_test_child(name: &str, env: &[(&str, &str)]) -> tokio::process::Child {
+    let exe = std::env::current_exe().expect("test binary path");
+    tokio::process::Command::new(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            name,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn the child test process")
+}
+
+/// The body of the child test `name`: runs `body` on a runtime of its own with the
+/// database URL the parent put in `var`; run as an ordinary test (`var` unset), it
+/// does nothing but say so.
+pub fn as_child<F: Future<Output = ()>>(name: &str, var: &str, body: impl FnOnce(String) -> F) {
+    let Ok(url) = std::env::var(var) else {
+        eprintln!("{name} runs only as a child process ({var} is unset)");
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(body(url));
 }

@@ -1,0 +1,192 @@
+//! One claimed job from its handler to its final write, as named steps:
+//! `run_job` → `execute` (the handler under the job timeout) → `finish` (complete, or
+//! `fail` along the ladder).
+//!
+//! What must stay true: the handler runs inside its job's task, so a panic is caught
+//! here and is a failed attempt, not a dead worker; every final write carries the
+//! claim's fence, and a refusal is counted as a lost lease, never retried as if the
+//! claim were current; the job's slot is given back only after its final write.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use idem_store::{JobFail, JobRow, StoreError, StoreResult};
+use rand::Rng;
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::Shared;
+use super::report::Stats;
+use super::shared::Held;
+use crate::context::{JobContext, LeaseSignal};
+use crate::error::{JobError, JobErrorKind};
+
+/// One claimed job, from its handler to its final write.
+pub(super) async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaphorePermit) {
+    let outcome = execute(&shared, &job).await;
+    finish(&shared, &job, outcome).await;
+    shared
+        .held
+        .lock()
+        .expect("held lock poisoned")
+        .remove(&job.id);
+    shared.job_ended();
+}
+
+/// Runs the handler in its own task under the job timeout. `Ok(true)`: the handler
+/// completed the job in its effect transaction.
+async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
+    let lost = Arc::new(LeaseSignal::default());
+    let held = Held {
+        fence: job.fence,
+        lost: lost.clone(),
+    };
+    shared
+        .held
+        .lock()
+        .expect("held lock poisoned")
+        .insert(job.id, held);
+    let Some(handler) = shared.handlers.get(&job.kind).cloned() else {
+        return Err(JobError::retry(unknown_kind(shared, &job.kind)));
+    };
+    let cx = JobContext::new(job.clone(), shared.idem.clone(), lost);
+    // The handler runs in this task: a panic is caught here, and the timeout and a
+    // shutdown past its deadline stop it by dropping its future (which rolls back an
+    // open effect transaction).
+    let run = AssertUnwindSafe(handler.call(cx)).catch_unwind();
+    let timeout = shared.config.job_timeout;
+    let mut abort = shared.abort.subscribe();
+    tokio::select! {
+        out = tokio::time::timeout(timeout, run) => match out {
+            Ok(Ok((cx, result))) => result.map(|()| cx.completed),
+            Ok(Err(panic)) => {
+                Stats::add(&shared.stats.panicked, 1);
+                let msg = panic_message(panic);
+                Err(JobError::retry(format!("handler panicked: {msg}")))
+            }
+            Err(_) => {
+                Stats::add(&shared.stats.timed_out, 1);
+                Err(JobError::retry(format!("job timed out after {timeout:?} (job timeout)")))
+            }
+        },
+        _ = abort.wait_for(|a| *a) => Err(JobError::retry(
+            "worker shut down before the job finished (shutdown timeout reached)",
+        )),
+    }
+}
+
+/// The error of a job whose kind has no handler here: names the kind and the worker's
+/// kinds (the job is retried; a newer deploy may handle it).
+fn unknown_kind(shared: &Shared, kind: &str) -> String {
+    let mut known: Vec<&str> = shared.handlers.keys().map(String::as_str).collect();
+    known.sort_unstable();
+    format!(
+        "no handler for job kind {kind:?} is registered on worker {}; registered kinds: [{}]",
+        shared.name,
+        known.join(", ")
+    )
+}
+
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".to_owned())
+}
+
+/// Records the attempt's outcome under the claim's fence.
+async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) {
+    let lease = job.lease_token();
+    let result = match outcome {
+        Ok(true) => Ok(Finished::Completed),
+        Ok(false) => match shared.completer.complete(lease).await {
+            Ok(true) => Ok(Finished::Completed),
+            Ok(false) => Ok(Finished::LeaseLost),
+            Err(e) => Err(e),
+        },
+        Err(e) if e.kind == JobErrorKind::LeaseLost => Ok(Finished::LeaseLost),
+        Err(e) => fail(shared, job, e).await,
+    };
+    let stats = &shared.stats;
+    match result {
+        Ok(Finished::Completed) => Stats::add(&stats.completed, 1),
+        Ok(Finished::Retried) => Stats::add(&stats.retried, 1),
+        Ok(Finished::Snoozed) => Stats::add(&stats.snoozed, 1),
+        Ok(Finished::Dead) => Stats::add(&stats.dead, 1),
+        Ok(Finished::LeaseLost) | Err(StoreError::LeaseLost { .. }) => {
+            tracing::info!(
+                job_id = job.id,
+                fence = job.fence,
+                "stale claim refused by the store"
+            );
+            Stats::add(&stats.lease_lost, 1);
+        }
+        Err(e) => {
+            tracing::error!(job_id = job.id, error = %e, "could not record the attempt; the lease will expire and the job will be rescued");
+        }
+    }
+}
+
+/// How an attempt ended, as recorded.
+enum Finished {
+    Completed,
+    Retried,
+    Snoozed,
+    Dead,
+    LeaseLost,
+}
+
+/// Records a failed (or snoozed) attempt: retried after the error's delay or the
+/// ladder's, or `dead` when the error is permanent or attempts are used up.
+async fn fail(shared: &Shared, job: &JobRow, e: JobError) -> StoreResult<Finished> {
+    let config = &shared.config;
+    let snooze = e.kind == JobErrorKind::Snooze;
+    let retry_in = match e.kind {
+        JobErrorKind::Permanent => None,
+        JobErrorKind::Retry if job.attempt >= config.max_attempts => None,
+        _ => Some(e.retry_after.unwrap_or_else(|| {
+            let unit: f64 = rand::rng().random();
+            config
+                .ladder_for(&job.queue, &job.kind)
+                .delay(job.attempt, unit)
+        })),
+    };
+    tracing::debug!(job_id = job.id, attempt = job.attempt, error = %e, snooze, "attempt ended without completing");
+    let params = JobFail {
+        lease: job.lease_token(),
+        error: e.message,
+        retry_in_ms: retry_in.map(crate::client::millis),
+        snooze,
+        now: shared.idem.clock.now(),
+    };
+    write_retrying(|| async {
+        let row = shared.idem.store.job_fail(params.clone()).await?;
+        Ok(match row.state {
+            idem_store::JobState::Dead => Finished::Dead,
+            _ if snooze => Finished::Snoozed,
+            _ => Finished::Retried,
+        })
+    })
+    .await
+}
+
+/// Retries a final write a few times while the store says retrying can help.
+pub(crate) async fn write_retrying<T, F, Fut>(mut op: F) -> StoreResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = StoreResult<T>>,
+{
+    let mut backoff = Duration::from_millis(50);
+    for _ in 0..4 {
+        match op().await {
+            Err(e) if e.is_retryable() => {
+                tracing::warn!(error = %e, "final write failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff *= 3;
+            }
+            other => return other,
+        }
+    }
+    op().await
+}

@@ -1,0 +1,87 @@
+//! [`Worker`]: a worker being configured, its handlers registered by kind before it
+//! starts, and the name it records as `lease_owner`.
+//!
+//! What must stay true: a worker is built only from a config that passed `validate`;
+//! each kind has at most one handler, and kind names pass the same check as an
+//! enqueue's; the handlers are fixed once the worker starts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rand::Rng;
+
+use super::WorkerConfig;
+use crate::client::Idem;
+use crate::error::IdemError;
+use crate::handler::{EffectClass, ErasedHandler, Handler, Registered};
+use crate::job::check_name;
+
+/// A worker being configured; [`Worker::start`] runs it.
+pub struct Worker {
+    pub(super) idem: Idem,
+    pub(super) config: WorkerConfig,
+    pub(super) name: String,
+    pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+}
+
+impl Worker {
+    pub(crate) fn new(idem: Idem, config: WorkerConfig) -> Result<Worker, IdemError> {
+        config.validate()?;
+        let name = config.name.clone().unwrap_or_else(default_name);
+        Ok(Worker {
+            idem,
+            config,
+            name,
+            handlers: HashMap::new(),
+        })
+    }
+
+    /// Registers a handler for its kind; a kind registered twice is refused.
+    pub fn register<H: Handler>(&mut self, handler: H) -> Result<&mut Self, IdemError> {
+        check_name("kind", H::KIND).map_err(|e| IdemError::Config(e.to_string()))?;
+        if self.handlers.contains_key(H::KIND) {
+            return Err(IdemError::Config(format!(
+                "a handler for kind {:?} is already registered on this worker",
+                H::KIND
+            )));
+        }
+        if !H::EFFECT.built() {
+            tracing::warn!(
+                kind = H::KIND,
+                class = H::EFFECT.as_str(),
+                "this effect class's intent records are not built yet: its jobs run at-least-once, \
+                 with no intent record and no reconciliation"
+            );
+        }
+        self.handlers
+            .insert(H::KIND.to_owned(), Arc::new(Registered(handler)));
+        Ok(self)
+    }
+
+    /// The worker's name (its `lease_owner`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The registered kinds with their effect classes, sorted by kind.
+    pub fn kinds(&self) -> Vec<(String, EffectClass)> {
+        let mut kinds: Vec<_> = self
+            .handlers
+            .iter()
+            .map(|(k, h)| (k.clone(), h.effect()))
+            .collect();
+        kinds.sort_by(|a, b| a.0.cmp(&b.0));
+        kinds
+    }
+}
+
+/// The default worker name: host, pid and a random suffix.
+fn default_name() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".to_owned());
+    let suffix: u16 = rand::rng().random();
+    format!("{host}-{}-{suffix:04x}", std::process::id())
+}
