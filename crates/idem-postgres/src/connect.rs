@@ -1,6 +1,7 @@
 //! The store's settings ([`PgOptions`]) and how they and a URL become connections: the
-//! URL checked and parsed, one probe connection that reports an unreachable server or bad
-//! credentials at once and creates the schema, and the URL forms that may be shown.
+//! URL checked and parsed, one probe connection that reports an unreachable server, bad
+//! credentials or a missing database at once and creates the schema (or, opening an
+//! existing database, checks that it exists), and the URL forms that may be shown.
 //!
 //! What must stay true: no error message or log carries the URL's password ([`redact`]).
 
@@ -110,11 +111,13 @@ pub(crate) fn connect_options(url: &str) -> StoreResult<PgConnectOptions> {
 }
 
 /// Opens one connection (bounded by [`CONNECT_TIMEOUT`]) so an unreachable server or bad
-/// credentials fail now with their cause, and creates the schema if one is set.
+/// credentials fail now with their cause, and creates the schema if one is set and
+/// `create`; without `create` a missing schema is [`StoreError::NotFound`].
 pub(crate) async fn probe(
     url: &str,
     connect: &PgConnectOptions,
     schema: Option<&str>,
+    create: bool,
 ) -> StoreResult<()> {
     let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, connect.connect())
         .await
@@ -126,8 +129,10 @@ pub(crate) async fn probe(
             ))
         })?
         .map_err(|e| open_error(url, e))?;
-    if let Some(schema) = schema {
-        create_schema(&mut conn, schema).await?;
+    match schema {
+        Some(schema) if create => create_schema(&mut conn, schema).await?,
+        Some(schema) => require_schema(&mut conn, url, schema).await?,
+        None => {}
     }
     tracing::debug!(url = %redact(url), ?schema, "connected to PostgreSQL");
     conn.close().await.map_err(|e| open_error(url, e))
@@ -146,8 +151,30 @@ async fn create_schema(conn: &mut sqlx::PgConnection, schema: &str) -> StoreResu
     }
 }
 
+/// [`StoreError::NotFound`] unless `schema` exists; creates nothing.
+async fn require_schema(conn: &mut sqlx::PgConnection, url: &str, schema: &str) -> StoreResult<()> {
+    let exists: bool = sqlx::query_scalar(include_str!("../queries/migration/schema_exists.sql"))
+        .bind(schema)
+        .fetch_one(conn)
+        .await
+        .map_err(interpret_error)?;
+    match exists {
+        true => Ok(()),
+        false => Err(StoreError::not_found(format!(
+            "schema {schema} in {}",
+            redact(url)
+        ))),
+    }
+}
+
+/// An error of the probe connection; a database that does not exist (SQLSTATE 3D000) is
+/// [`StoreError::NotFound`] naming the URL, as a missing SQLite file is.
 fn open_error(url: &str, e: sqlx::Error) -> StoreError {
     let url = redact(url);
+    let code = e.as_database_error().and_then(|d| d.code());
+    if code.as_deref() == Some("3D000") {
+        return StoreError::not_found(format!("PostgreSQL database {url}"));
+    }
     match interpret_error(e) {
         StoreError::Database(msg) | StoreError::Unavailable(msg) => {
             StoreError::Unavailable(format!("cannot connect to {url}: {msg}"))

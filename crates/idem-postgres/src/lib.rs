@@ -55,7 +55,8 @@ impl PgStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/db` or
     /// `postgresql://…`), creating `options.schema` if set. Fails promptly (within
     /// [`CONNECT_TIMEOUT`]) with [`idem_store::StoreError::Unavailable`] when the server
-    /// cannot be reached. Does not migrate; call [`Store::migrate`].
+    /// cannot be reached, and with [`idem_store::StoreError::NotFound`] when the database
+    /// does not exist. Does not migrate; call [`Store::migrate`].
     ///
     /// ```no_run
     /// # async fn demo() -> idem_store::StoreResult<()> {
@@ -69,9 +70,23 @@ impl PgStore {
     /// # }
     /// ```
     pub async fn connect(url: &str, options: PgOptions) -> StoreResult<Self> {
+        PgStore::open(url, options, true).await
+    }
+
+    /// [`PgStore::connect`] without creating anything: `options.schema`, if set, must
+    /// exist ([`idem_store::StoreError::NotFound`] otherwise), and nothing is written on
+    /// the way, so a read-only session or role can open the store. Does not migrate; see
+    /// [`Store::schema_status`].
+    pub async fn open_existing(url: &str, options: PgOptions) -> StoreResult<Self> {
+        PgStore::open(url, options, false).await
+    }
+
+    /// Checks the settings, probes the server (creating the schema when `create`), and
+    /// sets up the pools.
+    async fn open(url: &str, options: PgOptions, create: bool) -> StoreResult<Self> {
         options.validate()?;
         let connect = connect::connect_options(url)?;
-        connect::probe(url, &connect, options.schema.as_deref()).await?;
+        connect::probe(url, &connect, options.schema.as_deref(), create).await?;
         let connect = match &options.schema {
             Some(schema) => connect.options([("search_path", schema)]),
             None => connect,
@@ -106,6 +121,10 @@ impl Store for PgStore {
 
     async fn migrate(&self) -> StoreResult<usize> {
         migrate::run(&self.pool).await
+    }
+
+    async fn schema_status(&self) -> StoreResult<idem_store::migration::SchemaStatus> {
+        migrate::status(&self.pool).await
     }
 
     async fn begin(&self) -> StoreResult<Box<dyn StoreTx>> {

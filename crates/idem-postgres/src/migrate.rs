@@ -1,4 +1,5 @@
-//! Embedded migrations for PostgreSQL, applied by one entry point in one transaction.
+//! Embedded migrations for PostgreSQL, applied by one entry point in one transaction, and
+//! the schema's status, read without writing anything (so also in a read-only session).
 //!
 //! What must stay true: the migrations are numbered and named as in `idem-sqlite`; the
 //! first statement of the transaction takes the advisory lock [`MIGRATION_LOCK_KEY`], so
@@ -7,7 +8,8 @@
 //! leaves nothing behind.
 
 use idem_store::StoreResult;
-use idem_store::migration::{COUNT, Migration, pending, with_sql};
+use idem_store::Timestamp;
+use idem_store::migration::{COUNT, Migration, SchemaMigration, SchemaStatus, pending, with_sql};
 use sqlx::PgPool;
 
 use crate::error::interpret_error;
@@ -63,4 +65,30 @@ pub(crate) async fn run(pool: &PgPool) -> StoreResult<usize> {
     }
     tx.commit().await.map_err(interpret_error)?;
     Ok(todo.len())
+}
+
+/// Where the schema stands ([`idem_store::Store::schema_status`]): two reads, and no
+/// migrations table created where there is none.
+pub(crate) async fn status(pool: &PgPool) -> StoreResult<SchemaStatus> {
+    let exists: bool = sqlx::query_scalar(include_str!("../queries/migration/exists.sql"))
+        .fetch_one(pool)
+        .await
+        .map_err(interpret_error)?;
+    if !exists {
+        return Ok(SchemaStatus::of(Vec::new()));
+    }
+    let rows: Vec<(i64, String, Timestamp)> =
+        sqlx::query_as(include_str!("../queries/migration/list.sql"))
+            .fetch_all(pool)
+            .await
+            .map_err(interpret_error)?;
+    let recorded = rows
+        .into_iter()
+        .map(|(version, name, applied_at)| SchemaMigration {
+            version,
+            name,
+            applied_at: Some(applied_at),
+        })
+        .collect();
+    Ok(SchemaStatus::of(recorded))
 }

@@ -4,9 +4,13 @@
 //! `sqlite://path` and `sqlite:path` name a file; idem's own `synchronous=full|normal`
 //! parameter is taken out, and any other query parameter goes to SQLite as a URI
 //! parameter (`mode`, `vfs`, …). In-memory databases are refused: idem needs a durable
-//! file that several connections and processes share. Every connection gets WAL, the
-//! store's `synchronous`, the busy timeout and `foreign_keys=ON`.
+//! file that several connections and processes share. Every connection gets the store's
+//! `synchronous`, the busy timeout and `foreign_keys=ON`; a store that may create its
+//! file also switches it to WAL (a write, which a store opening an existing database
+//! leaves out: idem's databases are WAL from their first open, and WAL is kept in the
+//! file).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use idem_store::{StoreError, StoreResult};
@@ -61,8 +65,12 @@ pub(crate) struct Target {
     url: String,
     /// A file path, or a `file:` URI when SQLite parameters were given.
     path: String,
+    /// The database file itself.
+    file: PathBuf,
     durability: Durability,
     busy_timeout: Duration,
+    /// Whether the store may create the file and switch it to WAL.
+    create: bool,
 }
 
 impl Target {
@@ -79,6 +87,7 @@ impl Target {
             )));
         }
         let (rest, durability) = take_synchronous(rest, options.durability)?;
+        let file = PathBuf::from(rest.split_once('?').map_or(rest.as_str(), |(f, _)| f));
         let path = match rest.split_once('?') {
             None => rest,
             Some((file, query)) => format!("file:{}?{query}", escape_path(file)),
@@ -86,17 +95,37 @@ impl Target {
         Ok(Target {
             url: url.to_owned(),
             path,
+            file,
             durability,
             busy_timeout: options.busy_timeout,
+            create: true,
         })
     }
 
-    /// Opens and configures a connection; `create` makes the file if it is missing.
+    /// This target for a store that opens an existing database and writes nothing on
+    /// the way: [`StoreError::NotFound`] when the file is missing, and from here on no
+    /// connection creates it or switches its journal mode.
+    pub(crate) fn existing(mut self) -> StoreResult<Target> {
+        if !self.file.exists() {
+            let file = self.file.display();
+            return Err(StoreError::not_found(format!("SQLite database {file}")));
+        }
+        self.create = false;
+        Ok(self)
+    }
+
+    /// The URL as given.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Opens and configures a connection; `create` makes the file if it is missing
+    /// (only when the target allows it).
     pub(crate) fn open(&self, create: bool) -> StoreResult<Connection> {
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        if create {
+        if create && self.create {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;
         }
         let conn = Connection::open_with_flags(&self.path, flags)
@@ -112,9 +141,11 @@ impl Target {
             Durability::Full => "FULL",
             Durability::Normal => "NORMAL",
         };
+        if self.create {
+            c.execute_batch("PRAGMA journal_mode = WAL;")?;
+        }
         c.execute_batch(&format!(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; \
-             PRAGMA foreign_keys = ON;"
+            "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
         ))
     }
 

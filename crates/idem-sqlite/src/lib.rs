@@ -100,7 +100,31 @@ impl SqliteStore {
     /// `sqlite:path`) and starts its writer thread. Does not migrate; call
     /// [`Store::migrate`].
     pub async fn connect(url: &str, options: SqliteOptions) -> StoreResult<Self> {
-        let target = Target::parse(url, &options)?;
+        SqliteStore::start(Target::parse(url, &options)?, options).await
+    }
+
+    /// Opens the database at `url` only if its file exists, writing nothing on the way:
+    /// no file is created and the journal mode is left as the file has it. A missing
+    /// file is [`idem_store::StoreError::NotFound`]. Does not migrate; see
+    /// [`Store::schema_status`].
+    ///
+    /// ```no_run
+    /// # async fn demo() -> idem_store::StoreResult<()> {
+    /// use idem_sqlite::{SqliteOptions, SqliteStore};
+    /// use idem_store::Store;
+    ///
+    /// let store = SqliteStore::open_existing("sqlite://idem.db", SqliteOptions::default()).await?;
+    /// store.schema_status().await?.require_current()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open_existing(url: &str, options: SqliteOptions) -> StoreResult<Self> {
+        SqliteStore::start(Target::parse(url, &options)?.existing()?, options).await
+    }
+
+    /// Opens the writer's connection on `target` and starts its thread.
+    async fn start(target: Target, options: SqliteOptions) -> StoreResult<Self> {
+        let url = target.url().to_owned();
         let opener = target.clone();
         let conn = tokio::task::spawn_blocking(move || opener.open(true))
             .await
@@ -144,6 +168,10 @@ impl Store for SqliteStore {
 
     async fn migrate(&self) -> StoreResult<usize> {
         self.write(migrate::run).await
+    }
+
+    async fn schema_status(&self) -> StoreResult<idem_store::migration::SchemaStatus> {
+        self.readers.run(migrate::status).await
     }
 
     async fn begin(&self) -> StoreResult<Box<dyn StoreTx>> {

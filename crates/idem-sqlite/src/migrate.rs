@@ -1,10 +1,12 @@
-//! Embedded migrations for SQLite, applied under the write lock by one entry point.
+//! Embedded migrations for SQLite, applied under the write lock by one entry point, and
+//! the schema's status, read without writing anything.
 
 use idem_store::StoreResult;
-use idem_store::migration::{COUNT, Migration, pending, with_sql};
+use idem_store::migration::{COUNT, Migration, SchemaMigration, SchemaStatus, pending, with_sql};
 use rusqlite::Connection;
 
 use crate::error::interpret_error;
+use crate::row::ms_to_ts;
 
 /// This store's SQL for each migration of [`idem_store::migration::NAMES`], in order.
 pub(crate) fn migrations() -> [Migration; COUNT] {
@@ -49,4 +51,33 @@ fn applied(c: &Connection) -> StoreResult<Vec<i64>> {
         .map_err(interpret_error)?
         .collect::<rusqlite::Result<Vec<i64>>>();
     versions.map_err(interpret_error)
+}
+
+/// Where the schema stands ([`idem_store::Store::schema_status`]): runs on a read
+/// connection and never creates the migrations table.
+pub(crate) fn status(c: &Connection) -> StoreResult<SchemaStatus> {
+    let exists: i64 = c
+        .query_row(include_str!("../queries/migration/exists.sql"), [], |r| {
+            r.get(0)
+        })
+        .map_err(interpret_error)?;
+    if exists == 0 {
+        return Ok(SchemaStatus::of(Vec::new()));
+    }
+    let mut stmt = c
+        .prepare(include_str!("../queries/migration/list.sql"))
+        .map_err(interpret_error)?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)?)))
+        .map_err(interpret_error)?;
+    let mut recorded = Vec::new();
+    for row in rows {
+        let (version, name, applied_ms) = row.map_err(interpret_error)?;
+        recorded.push(SchemaMigration {
+            version,
+            name,
+            applied_at: Some(ms_to_ts(applied_ms)?),
+        });
+    }
+    Ok(SchemaStatus::of(recorded))
 }

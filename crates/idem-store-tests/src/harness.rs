@@ -169,6 +169,22 @@ pub async fn open_store(url: &str) -> StoreResult<Arc<dyn Store>> {
     }
 }
 
+/// Opens another store on the existing database at `url` with the store's
+/// `open_existing`, which creates nothing and writes nothing on the way (a read-only
+/// session can open it). Does not migrate.
+pub async fn open_existing_store(url: &str) -> StoreResult<Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        let store = SqliteStore::open_existing(url, SqliteOptions::default()).await?;
+        Ok(Arc::new(store))
+    } else {
+        let options = PgOptions {
+            max_connections: PG_TEST_MAX_CONNECTIONS,
+            ..PgOptions::default()
+        };
+        Ok(Arc::new(PgStore::open_existing(url, options).await?))
+    }
+}
+
 /// Runs one case on a fresh database of `backend` and cleans it up, also when the case
 /// panics (the panic is resumed afterwards). What [`crate::store_cases!`] expands to.
 #[doc(hidden)]

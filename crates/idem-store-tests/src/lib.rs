@@ -19,7 +19,7 @@ pub mod cases;
 pub mod fixture;
 pub mod harness;
 
-pub use harness::{Backend, TestDb, open_store};
+pub use harness::{Backend, TestDb, open_existing_store, open_store};
 
 /// What [`store_cases!`] expands to needs; not part of the API.
 #[doc(hidden)]

@@ -24,6 +24,11 @@ idem_store_tests::store_cases!(
     migrate_is_idempotent,
     migrate_creates_the_tables,
     migrate_refuses_a_newer_schema,
+    schema_status_of_a_migrated_database_is_current,
+    schema_status_lists_what_an_older_database_lacks,
+    schema_status_of_a_database_without_idem_has_all_pending,
+    schema_status_reports_a_newer_schema,
+    schema_status_reads_in_a_read_only_session,
     // job_insert
     insert_one_stores_the_defaults,
     insert_many_keeps_the_given_order,

@@ -1,12 +1,13 @@
-//! Rules that need a database idem has never migrated, which `TestDb` does not hand out:
-//! several processes starting at once on a fresh database all succeed, exactly one of them
-//! applies the migrations, and none applies anything afterwards.
+//! Rules that need a database idem has never migrated, or none at all, which `TestDb`
+//! does not hand out: several processes starting at once on a fresh database all succeed,
+//! exactly one of them applies the migrations, and none applies anything afterwards; a
+//! store opening an existing database creates none where there is none.
 
 use std::sync::Arc;
 
 use idem_postgres::{PgOptions, PgStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
-use idem_store::Store;
+use idem_store::{SqlValue, Store, StoreError};
 use idem_store_tests::TestDb;
 use idem_store_tests::harness::{PG_URL_ENV, within};
 
@@ -100,6 +101,60 @@ async fn postgres_concurrent_first_migrations() {
     tx.commit().await.expect("commit");
     for s in &stores {
         s.close().await;
+    }
+    db.cleanup().await;
+}
+
+#[tokio::test]
+async fn sqlite_open_existing_of_a_missing_file_is_not_found_and_creates_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("typo.db").display());
+    match SqliteStore::open_existing(&url, SqliteOptions::default()).await {
+        Err(StoreError::NotFound { what }) => assert!(what.contains("typo.db"), "{what}"),
+        other => panic!("expected NotFound naming typo.db, got {other:?}"),
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).expect("read dir").collect();
+    assert!(left.is_empty(), "open_existing created {left:?}");
+}
+
+#[tokio::test]
+async fn postgres_open_existing_creates_no_schema_and_names_a_missing_database() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let base = std::env::var(PG_URL_ENV).expect("set, since TestDb::postgres ran");
+    let schema = format!("idem_test_{:016x}_absent", rand::random::<u64>());
+    let options = PgOptions {
+        schema: Some(schema.clone()),
+        ..PgOptions::default()
+    };
+    match PgStore::open_existing(&base, options).await {
+        Err(StoreError::NotFound { what }) => assert!(what.contains(&schema), "{what}"),
+        other => panic!("expected NotFound naming {schema}, got {other:?}"),
+    }
+    let sql = "SELECT count(*) FROM pg_namespace WHERE nspname = $1";
+    let rows = db
+        .store
+        .query(sql, &[SqlValue::from(schema.as_str())])
+        .await;
+    assert_eq!(
+        rows.expect("count")[0][0].as_i64(),
+        Some(0),
+        "schema created"
+    );
+    let (server, _) = base
+        .split_once('?')
+        .unwrap_or((&base, ""))
+        .0
+        .rsplit_once('/')
+        .expect("a db");
+    let missing = format!(
+        "{server}/idem_no_such_database_{:08x}",
+        rand::random::<u32>()
+    );
+    match PgStore::open_existing(&missing, PgOptions::default()).await {
+        Err(StoreError::NotFound { what }) => assert!(what.contains("idem_no_such"), "{what}"),
+        other => panic!("expected NotFound naming the database, got {other:?}"),
     }
     db.cleanup().await;
 }

@@ -48,9 +48,14 @@ pub enum StoreError {
     /// The connection settings are wrong (malformed URL, unknown option).
     #[error("invalid database configuration: {0}")]
     Config(String),
-    /// A migration failed or the schema is newer than this build.
+    /// A migration failed.
     #[error("migration failed: {0}")]
     Migration(String),
+    /// The database's schema is not this build's: migrations are pending (apply them
+    /// with `migrate()`), or a newer idem migrated it (upgrade idem). The message says
+    /// which.
+    #[error("{0}")]
+    SchemaNotCurrent(String),
     /// Any other database error.
     #[error("database error: {0}")]
     Database(String),

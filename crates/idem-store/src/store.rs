@@ -35,6 +35,12 @@ pub trait Store: Send + Sync + 'static {
     /// Applies the embedded migrations not applied yet; returns how many ran.
     async fn migrate(&self) -> StoreResult<usize>;
 
+    /// Where the database's schema stands against this build: the migrations it
+    /// recorded, those pending and those newer than this build
+    /// ([`crate::migration::SchemaStatus`]). Writes nothing, so it runs in a read-only
+    /// session; a database without idem's migrations table has every migration pending.
+    async fn schema_status(&self) -> StoreResult<crate::migration::SchemaStatus>;
+
     /// Opens a write transaction (SQLite: `BEGIN IMMEDIATE` on the single writer).
     async fn begin(&self) -> StoreResult<Box<dyn StoreTx>>;
 

@@ -1,7 +1,10 @@
 //! [`Idem`]: the producer-side client (enqueue, read, operate), and [`Tx`], a caller's
 //! own transaction in which jobs enqueue together with the caller's rows.
 //!
-//! The database URL picks the store: `sqlite://path` or `postgres://…`.
+//! The database URL picks the store: `sqlite://path` or `postgres://…`. Two ways in:
+//! [`Idem::connect`] creates the database if it can and migrates it (an application
+//! starting up); [`Idem::open`] opens a database that exists and whose schema is current,
+//! writing nothing on the way (an operator's tool, a read-only session).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -25,20 +28,39 @@ use crate::worker::{Worker, WorkerConfig};
 /// Most jobs a rescue call moves at once.
 pub(crate) const RESCUE_BATCH: u32 = 1000;
 
-/// Opens the store named by `url` (not migrated).
+/// Opens the store named by `url`, creating the SQLite file if it is missing (not
+/// migrated).
 pub async fn connect_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
+    store_of(url, true).await
+}
+
+/// Opens the existing store named by `url`, writing nothing: a missing SQLite file or
+/// PostgreSQL database is [`StoreError::NotFound`](idem_store::StoreError::NotFound).
+/// Neither creates nor migrates; [`Store::schema_status`] says where its schema stands.
+pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
+    store_of(url, false).await
+}
+
+/// The store `url` names, opened with its `connect` (`create`) or its `open_existing`.
+async fn store_of(url: &str, create: bool) -> Result<Arc<dyn Store>, IdemError> {
     let url = url.trim();
-    match Backend::of_url(url) {
-        Some(Backend::Sqlite) => Ok(Arc::new(
-            SqliteStore::connect(url, SqliteOptions::default()).await?,
-        )),
-        Some(Backend::Postgres) => Ok(Arc::new(PgStore::connect(url, PgOptions::default()).await?)),
-        None => Err(IdemError::Config(format!(
-            "unsupported database URL {:?}: use sqlite://path/to/file.db or \
+    let (sqlite, pg) = (SqliteOptions::default(), PgOptions::default());
+    let store: Arc<dyn Store> = match (Backend::of_url(url), create) {
+        (Some(Backend::Sqlite), true) => Arc::new(SqliteStore::connect(url, sqlite).await?),
+        (Some(Backend::Sqlite), false) => Arc::new(SqliteStore::open_existing(url, sqlite).await?),
+        (Some(Backend::Postgres), true) => Arc::new(PgStore::connect(url, pg).await?),
+        (Some(Backend::Postgres), false) => Arc::new(PgStore::open_existing(url, pg).await?),
+        (None, _) => return Err(unsupported_url(url)),
+    };
+    Ok(store)
+}
+
+fn unsupported_url(url: &str) -> IdemError {
+    IdemError::Config(format!(
+        "unsupported database URL {:?}: use sqlite://path/to/file.db or \
              postgres://user@host:port/database",
-            idem_postgres::redact(url)
-        ))),
-    }
+        idem_postgres::redact(url)
+    ))
 }
 
 /// The idem client: enqueue jobs, read them, operate on them, build workers.
@@ -66,6 +88,29 @@ impl Idem {
     pub async fn connect(url: &str) -> Result<Idem, IdemError> {
         let store = connect_store(url).await?;
         store.migrate().await?;
+        Ok(Idem::from_store(store))
+    }
+
+    /// Opens the existing database at `url` whose schema is this build's, writing
+    /// nothing on the way: no file or schema is created and nothing is migrated, so it
+    /// works in a read-only session. A missing database is
+    /// [`StoreError::NotFound`](idem_store::StoreError::NotFound); a schema with pending
+    /// migrations, or one a newer idem migrated, is
+    /// [`StoreError::SchemaNotCurrent`](idem_store::StoreError::SchemaNotCurrent), naming
+    /// the versions. What the client does afterwards (enqueue, cancel, …) writes as asked.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), idem::IdemError> {
+    /// let idem = idem::Idem::open("sqlite://idem.db").await?;
+    /// for count in idem.queue_counts().await? {
+    ///     println!("{} {} {}", count.queue, count.state, count.count);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn open(url: &str) -> Result<Idem, IdemError> {
+        let store = open_store(url).await?;
+        store.schema_status().await?.require_current()?;
         Ok(Idem::from_store(store))
     }
 

@@ -58,7 +58,7 @@ mod transition;
 mod wake;
 mod worker;
 
-pub use client::{Idem, Tx, connect_store};
+pub use client::{Idem, Tx, connect_store, open_store};
 pub use clock::{Clock, DatabaseClock, ManualClock};
 pub use config::{
     DEFAULT_RETENTION, HORIZON_MARGIN, Horizon, Retention, WindowCheck, retry_horizon,
@@ -67,6 +67,7 @@ pub use context::{EffectTx, JobContext};
 pub use effect::EffectKey;
 pub use error::{IdemError, JobError, JobErrorKind};
 pub use handler::{EffectClass, Handler};
+pub use idem_store::migration::{SchemaMigration, SchemaStatus};
 pub use idem_store::{
     AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, Enqueued,
     JobList, JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch, LedgerPosted, PurgeTarget,
