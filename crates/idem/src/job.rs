@@ -74,8 +74,14 @@ impl Job {
         &self.kind
     }
 
-    /// Checks the job and turns it into the store's record.
-    pub(crate) fn into_new(self) -> Result<NewJob, IdemError> {
+    /// Checks the job as an enqueue would, without a database: kind and queue,
+    /// `max_attempts`, the enqueue key. [`IdemError::InvalidJob`] names the field.
+    ///
+    /// ```
+    /// let job = idem::Job::new("mail", serde_json::json!({})).max_attempts(0);
+    /// assert!(job.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), IdemError> {
         check_name("kind", &self.kind)?;
         check_name("queue", &self.queue)?;
         if self.max_attempts < 1 {
@@ -87,6 +93,12 @@ impl Job {
         if let Some(key) = &self.enqueue_key {
             check_text("enqueue_key", key)?;
         }
+        Ok(())
+    }
+
+    /// Checks the job and turns it into the store's record.
+    pub(crate) fn into_new(self) -> Result<NewJob, IdemError> {
+        self.validate()?;
         Ok(NewJob {
             enqueue_key: self.enqueue_key,
             claim: None,
