@@ -41,6 +41,9 @@ use idem::retry::{DEFAULT_MAX_ATTEMPTS, RetryLadder};
 use idem::{IdemError, WorkerConfig};
 use serde::Deserialize;
 
+use crate::exit::{Exit, OrExit};
+use crate::output::{Format, print_json};
+
 /// The file read when no `--config` is given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "idem.toml";
 
@@ -270,6 +273,8 @@ pub struct CheckArgs {
     /// Config file [default: ./idem.toml if it exists, else built-in defaults]
     #[arg(long, env = "IDEM_CONFIG")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    format: Format,
 }
 
 /// Runs `idem config …`.
@@ -279,12 +284,18 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `idem config check`: the report on stdout; a refusal is also the error (stderr, exit 1).
+/// `idem config check`: the report on stdout; a refusal is also the error (stderr, exit
+/// 1); a file that does not parse is a bad configuration (exit 5).
 fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let config = CliConfig::load(args.config.as_deref())?;
-    print!("{}", report(&config));
-    config.check()?;
-    println!("\nok: the retention windows cover the retry horizon");
+    let config = CliConfig::load(args.config.as_deref()).or_exit(Exit::Config)?;
+    match args.format.json {
+        true => print_json(&report_json(&config))?,
+        false => print!("{}", report(&config)),
+    }
+    config.check().or_exit(Exit::Refused)?;
+    if !args.format.json {
+        println!("\nok: the retention windows cover the retry horizon");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -369,6 +380,51 @@ fn report_retention(c: &CliConfig, h: &Horizon) -> String {
         out += &format!("  {setting:<18} {:<16} {verdict}\n", human(w.value));
     }
     out
+}
+
+/// What `idem config check --json` prints: the same report, durations in seconds.
+fn report_json(c: &CliConfig) -> serde_json::Value {
+    let secs = |d: Duration| d.as_secs_f64();
+    let h = c.horizon();
+    let ladders: Vec<_> = c
+        .named_ladders()
+        .into_iter()
+        .map(|(name, l)| {
+            let rungs: Vec<f64> = l.rungs.iter().map(|d| secs(*d)).collect();
+            serde_json::json!({ "name": name, "rungs_secs": rungs, "jitter": l.jitter })
+        })
+        .collect();
+    let retention: Vec<_> = c
+        .retention
+        .checks(&h)
+        .into_iter()
+        .map(|w| {
+            let (ok, verdict) = match w.verdict {
+                Ok(what) => (true, what.to_owned()),
+                Err(why) => (false, why),
+            };
+            serde_json::json!({ "setting": w.setting, "secs": secs(w.value), "ok": ok,
+                                "verdict": verdict })
+        })
+        .collect();
+    let w = &c.worker;
+    serde_json::json!({
+        "source": c.source.as_ref().map(|p| p.display().to_string()),
+        "ok": c.check().is_ok(),
+        "ladders": ladders,
+        "max_attempts": w.max_attempts,
+        "lease_secs": secs(w.lease),
+        "job_timeout_secs": secs(w.job_timeout),
+        "rescue_interval_secs": secs(w.rescue_interval),
+        "horizon": {
+            "ladder_secs": secs(h.ladder),
+            "attempts_secs": secs(h.attempts),
+            "total_secs": secs(h.total),
+            "margin_secs": secs(HORIZON_MARGIN),
+            "required_window_secs": secs(h.required_retention()),
+        },
+        "retention": retention,
+    })
 }
 
 #[cfg(test)]

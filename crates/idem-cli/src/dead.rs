@@ -1,15 +1,21 @@
 //! `idem dead …` (list, inspect, retry and discard dead jobs) and `idem purge` (delete
 //! records past their retention, in batches, with a progress bar).
+//!
+//! A retry or discard of listed ids acts on those it can and names the others: an id
+//! that does not exist makes the command exit 3 (not found), a job that exists but is
+//! not dead (retry: nor cancelled) is left alone and makes it exit 1 (refused).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Args, Subcommand};
 use idem::{DeadFilter, Idem, JobState, PurgeTarget};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::ops::{FilterArgs, ListArgs, connect, print_jobs, show_job};
+use crate::database::open;
+use crate::exit::{Exit, OrExit, fail};
+use crate::jobs::{FilterArgs, ListArgs, ShowArgs, list_jobs, show_job};
 
 /// `idem dead …`.
 #[derive(Subcommand)]
@@ -20,13 +26,12 @@ pub enum DeadCommand {
         list: ListArgs,
     },
     /// Show one dead job with its last error and every attempt
-    Show {
-        /// Job id
-        id: i64,
-    },
-    /// Put dead jobs back to available with a fresh ladder (their history is kept)
+    Show(ShowArgs),
+    /// Put dead jobs back to available with a fresh ladder (their history is kept); exit
+    /// 3 if an id does not exist, 1 if a job is not dead or cancelled
     Retry(Selection),
-    /// Delete dead jobs with their history and enqueue keys
+    /// Delete dead jobs with their history and enqueue keys; exit 3 if an id does not
+    /// exist, 1 if a job is not dead
     Discard {
         #[command(flatten)]
         selection: Selection,
@@ -60,33 +65,40 @@ impl Selection {
             (false, false) if self.filter.queue.is_none() && self.filter.kind.is_none() => {
                 Ok(self.ids.clone())
             }
-            (false, false) => bail!("--queue and --kind filter --all; give ids or --all, not both"),
-            (true, false) => bail!("give job ids or --all, not both"),
-            (false, true) => {
-                bail!("give the ids of the dead jobs, or --all (with --queue/--kind to narrow it)")
-            }
+            (false, false) => Err(usage(
+                "--queue and --kind filter --all; give ids or --all, not both",
+            )),
+            (true, false) => Err(usage("give job ids or --all, not both")),
+            (false, true) => Err(usage(
+                "give the ids of the dead jobs, or --all (with --queue/--kind to narrow it)",
+            )),
         }
     }
 }
 
+fn usage(message: &str) -> anyhow::Error {
+    fail(Exit::Usage, message)
+}
+
 /// `idem dead …`.
 pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
-    let idem = connect(url).await?;
+    let idem = open(url).await?;
     match cmd {
         DeadCommand::List { list } => {
-            print_jobs(&idem.jobs(list.of_state(Some(JobState::Dead))).await?);
+            list_jobs(&idem, &list, Some(JobState::Dead)).await?;
         }
-        DeadCommand::Show { id } => {
-            let job = show_job(&idem, id).await?;
+        DeadCommand::Show(show) => {
+            let job = show_job(&idem, &show).await?;
             if job.state != JobState::Dead {
-                eprintln!("note: job {id} is {}, not dead", job.state);
+                eprintln!("note: job {} is {}, not dead", job.id, job.state);
             }
         }
         DeadCommand::Retry(sel) => {
             let ids = sel.ids(&idem).await?;
-            let asked = ids.len();
-            let retried = idem.retry_jobs(ids).await?.len();
-            println!("retried {retried} of {asked} job(s); the rest were not dead or cancelled");
+            let retried = idem.retry_jobs(ids.clone()).await?;
+            let done: Vec<i64> = retried.iter().map(|j| j.id).collect();
+            println!("retried {} of {} job(s)", done.len(), ids.len());
+            return left_alone(&idem, &ids, &done, "dead or cancelled").await;
         }
         DeadCommand::Discard {
             selection: sel,
@@ -95,14 +107,46 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
             let ids = sel.ids(&idem).await?;
             let asked = ids.len();
             if sel.all && !yes {
-                bail!(
+                return Err(usage(&format!(
                     "{asked} dead job(s) match; discarding deletes them with their history and \
                      cannot be undone: add --yes to go ahead"
-                );
+                )));
             }
-            let gone = idem.discard_jobs(ids).await?.len();
-            println!("discarded {gone} of {asked} job(s); the rest were not dead");
+            let done = idem.discard_jobs(ids.clone()).await?;
+            println!("discarded {} of {asked} job(s)", done.len());
+            return left_alone(&idem, &ids, &done, "dead").await;
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Names the jobs of `asked` an action left alone (not in `done`): those that do not
+/// exist (exit 3) and those not `wanted` (exit 1, each named on stderr with its state).
+async fn left_alone(
+    idem: &Idem,
+    asked: &[i64],
+    done: &[i64],
+    wanted: &str,
+) -> anyhow::Result<ExitCode> {
+    let (mut missing, mut refused) = (Vec::new(), 0);
+    for &id in asked.iter().filter(|id| !done.contains(id)) {
+        match idem.job(id).await? {
+            None => missing.push(id.to_string()),
+            Some(job) => {
+                refused += 1;
+                eprintln!("job {id} is {}, not {wanted}: left alone", job.state);
+            }
+        }
+    }
+    if !missing.is_empty() {
+        let ids = missing.join(", ");
+        return Err(fail(Exit::NotFound, format!("no job with id {ids}")));
+    }
+    if refused > 0 {
+        return Err(fail(
+            Exit::Refused,
+            format!("{refused} job(s) not {wanted} were left alone"),
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -124,13 +168,13 @@ pub struct PurgeArgs {
 
 /// `idem purge`.
 pub async fn purge(url: &str, a: PurgeArgs) -> anyhow::Result<ExitCode> {
-    let config = crate::config::CliConfig::load(a.config.as_deref())?;
+    let config = crate::config::CliConfig::load(a.config.as_deref()).or_exit(Exit::Config)?;
     // The same check a worker makes at start-up: a window shorter than the retry horizon
     // would purge dedup records that a retry may still need.
     config
         .check()
         .context("refusing to purge with these retention windows (see `idem config check`)")?;
-    let idem = connect(url).await?.with_retention(config.retention)?;
+    let idem = open(url).await?.with_retention(config.retention)?;
     for target in PurgeTarget::ALL {
         let cutoff = idem.purge_cutoff(target).await?;
         let pending = idem.purge_count(target, cutoff).await?;

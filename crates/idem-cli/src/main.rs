@@ -1,28 +1,41 @@
 //! The `idem` binary: the only crate that reads flags and the environment.
 //!
 //! Commands parse their input into the library's types and print results; all behaviour
-//! lives in the `idem` crate. `anyhow` is used here and nowhere else.
+//! lives in the `idem` crate. `anyhow` is used here and nowhere else. One module per
+//! command (`migrate`, `enqueue`, `jobs`, `queues`, `dead`, `ledger`, `guarantees`,
+//! `config`, `demo/`, `bench/`); the database they open (`database`), how they print
+//! (`output`, `table`, `show`) and how they exit (`exit`) are shared.
 
 mod bench;
 mod config;
+mod database;
 mod dead;
 mod demo;
+mod enqueue;
+mod exit;
+mod guarantees;
 mod interrupt;
-mod ops;
+mod jobs;
+mod ledger;
+mod migrate;
+mod output;
+mod queues;
 mod scratch;
+mod show;
+mod table;
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Default database when neither `--database-url` nor `IDEM_DATABASE_URL` is given.
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://idem.db";
-/// The environment variable naming the database of the operator commands.
-const DATABASE_URL_ENV: &str = "IDEM_DATABASE_URL";
+use crate::exit::Exit;
 
 #[derive(Parser)]
 #[command(
     name = "idem",
     version,
-    about = "Durable background jobs whose effects happen once"
+    about = "Durable background jobs whose effects happen once",
+    after_help = exit::TABLE
 )]
 struct Cli {
     /// sqlite://path or postgres://user@host:port/db [default: $IDEM_DATABASE_URL, else
@@ -50,15 +63,20 @@ enum Command {
     /// It runs in a temporary SQLite file, never in the database of IDEM_DATABASE_URL;
     /// --database-url on its command line chooses another (see below).
     Bench(bench::BenchArgs),
-    /// Apply pending migrations
-    Migrate,
+    /// Create the database if needed and apply pending migrations, saying which first;
+    /// --status lists them without applying any
+    ///
+    /// The only command that creates a database or changes its schema: every other one
+    /// opens the database that exists, refuses a missing one (exit 3) and one whose
+    /// schema is not this build's (exit 6).
+    Migrate(migrate::MigrateArgs),
     /// Enqueue one job
-    Enqueue(ops::EnqueueArgs),
+    Enqueue(enqueue::EnqueueArgs),
     /// List, show and cancel jobs
     #[command(subcommand)]
-    Jobs(ops::JobsCommand),
+    Jobs(jobs::JobsCommand),
     /// Job counts per queue and state
-    Queues,
+    Queues(output::Format),
     /// List, inspect, retry and discard dead jobs
     #[command(subcommand)]
     Dead(dead::DeadCommand),
@@ -67,7 +85,7 @@ enum Command {
     Purge(dead::PurgeArgs),
     /// Check the ledger's running totals against its entries, and rebuild them
     #[command(subcommand)]
-    Ledger(ops::LedgerCommand),
+    Ledger(ledger::LedgerCommand),
     /// What idem guarantees for each effect class and each job kind this binary runs
     Guarantees,
     /// Check the config file: retry ladders, the retry horizon and retention windows
@@ -78,44 +96,41 @@ enum Command {
     DemoWorker(demo::DemoWorkerArgs),
 }
 
-fn main() -> std::process::ExitCode {
+/// Runs the command; an error is printed on stderr and exits with its class's code
+/// ([`Exit::of`]).
+fn main() -> ExitCode {
     init_tracing();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            return Exit::Internal.code();
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            Exit::of(&e).code()
         }
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
-    let url = cli.database_url.clone();
-    let db = || {
-        url.clone()
-            .or_else(|| std::env::var(DATABASE_URL_ENV).ok())
-            .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned())
-    };
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let db = || database::url(cli.database_url.clone());
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::DemoWorker(args) => demo::worker(args, db()).await,
-        Command::Migrate => ops::migrate(&db()).await,
-        Command::Enqueue(args) => ops::enqueue(&db(), args).await,
-        Command::Jobs(cmd) => ops::jobs(&db(), cmd).await,
-        Command::Queues => ops::queues(&db()).await,
+        Command::Migrate(args) => migrate::run(&db(), args).await,
+        Command::Enqueue(args) => enqueue::run(&db(), args).await,
+        Command::Jobs(cmd) => jobs::run(&db(), cmd).await,
+        Command::Queues(format) => queues::run(&db(), format).await,
         Command::Dead(cmd) => dead::dead(&db(), cmd).await,
         Command::Purge(args) => dead::purge(&db(), args).await,
-        Command::Ledger(cmd) => ops::ledger(&db(), cmd).await,
-        Command::Guarantees => Ok(ops::guarantees(&demo::kinds()?)),
+        Command::Ledger(cmd) => ledger::run(&db(), cmd).await,
+        Command::Guarantees => Ok(guarantees::run(&demo::kinds()?)),
         Command::Config(cmd) => config::run(cmd),
     }
 }

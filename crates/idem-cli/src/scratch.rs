@@ -10,11 +10,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::bail;
 use clap::Args;
 use idem::{Idem, Store};
 use idem_postgres::{PgOptions, PgStore};
 use serde::Serialize;
+
+use crate::exit::{Exit, fail};
 
 /// The database flags of a command that works on scratch data.
 #[derive(Args, Clone, Serialize)]
@@ -139,12 +140,15 @@ fn refuse_tables(url: &str, purpose: &str) -> anyhow::Result<()> {
         Ok(n) => format!("already holds {n} table(s)"),
         Err(e) => format!("is not an SQLite database this can read ({e})"),
     };
-    bail!(
-        "{} {found}; idem {purpose} writes its own tables and jobs and will not mix them \
-         with what is there. Give a path that does not exist yet, or leave out \
-         --database-url to run in a temporary file",
-        path.display()
-    )
+    Err(fail(
+        Exit::Config,
+        format!(
+            "{} {found}; idem {purpose} writes its own tables and jobs and will not mix them \
+             with what is there. Give a path that does not exist yet, or leave out \
+             --database-url to run in a temporary file",
+            path.display()
+        ),
+    ))
 }
 
 /// The file an `sqlite://path` or `sqlite:path` URL names, without its query.

@@ -18,6 +18,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
+use crate::exit::{Exit, OrExit};
 use crate::interrupt::Interrupt;
 use crate::scratch::{self, Scratch, ScratchArgs};
 
@@ -131,7 +132,7 @@ impl BenchArgs {
 /// `idem bench`: the scratch database is removed however the scenarios end: finished,
 /// failed, or cut short by SIGINT or SIGTERM.
 pub async fn run(mut args: BenchArgs) -> anyhow::Result<ExitCode> {
-    args.validate()?;
+    args.validate().or_exit(Exit::Usage)?;
     let mut interrupt = Interrupt::listen()?;
     let query = format!("?synchronous={}", args.synchronous);
     let db = scratch::open(args.scratch.database_url.clone(), "bench", &query).await?;

@@ -26,6 +26,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use clap::Args;
 
+use crate::exit::{Exit, OrExit};
 use crate::interrupt::Interrupt;
 use crate::scratch::{self, Scratch, ScratchArgs};
 pub use child::{DemoWorkerArgs, worker};
@@ -87,7 +88,7 @@ impl DemoArgs {
 /// so that they are cleaned up however the run ends: finished, failed, or cut short by
 /// SIGINT or SIGTERM.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    args.validate()?;
+    args.validate().or_exit(Exit::Usage)?;
     let mut interrupt = Interrupt::listen()?;
     let mut fleet = Fleet::new(&args)?;
     let db = scratch::open(args.scratch.database_url.clone(), "demo", "")
@@ -128,6 +129,6 @@ async fn demonstrate(args: &DemoArgs, db: &Scratch, fleet: &mut Fleet) -> anyhow
     Ok(if verdict.ok() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::FAILURE
+        Exit::Refused.code()
     })
 }

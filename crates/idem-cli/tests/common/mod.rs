@@ -1,13 +1,15 @@
 //! Running the real `idem` binary from a test: every process gets a scratch directory of
 //! its own as `TMPDIR`, its output is read line by line as it comes, and every wait has a
-//! generous deadline that only guards against a hang.
+//! generous deadline that only guards against a hang. Also the databases the operator
+//! commands are tried on: an SQLite file at an older schema (an old build's migrations,
+//! applied from the store's own SQL files) and a fresh PostgreSQL schema.
 
 #![allow(dead_code)] // each test file uses a part
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
@@ -162,4 +164,259 @@ pub fn entries(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// The exit codes of `idem` (the table in `idem --help` and the README).
+pub const CHECK_FAILED: i32 = 1;
+pub const USAGE: i32 = 2;
+pub const NOT_FOUND: i32 = 3;
+pub const UNAVAILABLE: i32 = 4;
+pub const BAD_CONFIG: i32 = 5;
+pub const SCHEMA_NOT_CURRENT: i32 = 6;
+
+/// What a short command printed, stdout and stderr apart, and how it exited.
+pub struct Out {
+    pub args: Vec<String>,
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    /// Panics unless the command exited with `code`.
+    pub fn expect(&self, code: i32) -> &Out {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "idem {:?} exit code; {self}",
+            self.args
+        );
+        self
+    }
+
+    /// Panics unless stdout holds every one of `texts`.
+    pub fn says(&self, texts: &[&str]) -> &Out {
+        for text in texts {
+            assert!(self.stdout.contains(text), "no {text:?} on stdout; {self}");
+        }
+        self
+    }
+
+    /// Panics unless stderr holds every one of `texts`.
+    pub fn warns(&self, texts: &[&str]) -> &Out {
+        for text in texts {
+            assert!(self.stderr.contains(text), "no {text:?} on stderr; {self}");
+        }
+        self
+    }
+
+    /// The stdout parsed as JSON; panics when it is not exactly one JSON document.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("idem {:?} --json printed no JSON ({e}); {self}", self.args))
+    }
+}
+
+impl std::fmt::Display for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `idem --database-url URL args…` (with its own `TMPDIR`) to its end.
+pub fn idem_on(tmp: &Path, url: &str, args: &[&str]) -> Out {
+    let mut cmd = idem(tmp);
+    cmd.arg("--database-url").arg(url).args(args);
+    let mut all = vec!["--database-url".to_owned(), url.to_owned()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    output(cmd, all)
+}
+
+/// Runs `cmd` to its end (killing it past [`RUN_LIMIT`]); stdout and stderr apart.
+pub fn output(mut cmd: Command, args: Vec<String>) -> Out {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start idem");
+    let pid = child.id();
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out: Output = match rx.recv_timeout(RUN_LIMIT) {
+        Ok(out) => out.expect("wait for idem"),
+        Err(_) => {
+            // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("idem {args:?} did not exit within {RUN_LIMIT:?}");
+        }
+    };
+    Out {
+        args,
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Enqueues a job of `kind` with `idem enqueue`; returns its id.
+pub fn enqueue(tmp: &Path, url: &str, kind: &str) -> i64 {
+    let out = idem_on(tmp, url, &["enqueue", "--kind", kind]);
+    out.expect(0).json()["job"]["id"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no job id; {out}"))
+}
+
+/// An SQLite database at `path` made by `idem migrate`; returns its URL.
+pub fn migrated_sqlite(tmp: &Path, path: &Path) -> String {
+    let url = sqlite_url(path);
+    idem_on(tmp, &url, &["migrate"]).expect(0);
+    url
+}
+
+/// `sqlite://path`.
+pub fn sqlite_url(path: &Path) -> String {
+    format!("sqlite://{}", path.display())
+}
+
+/// The SQL of every migration of the SQLite store, in order: what an older build of idem
+/// applied is a prefix of it.
+const SQLITE_MIGRATIONS: [&str; 7] = [
+    include_str!("../../../idem-sqlite/migrations/0001_job.sql"),
+    include_str!("../../../idem-sqlite/migrations/0002_effect.sql"),
+    include_str!("../../../idem-sqlite/migrations/0003_ledger.sql"),
+    include_str!("../../../idem-sqlite/migrations/0004_counter.sql"),
+    include_str!("../../../idem-sqlite/migrations/0005_enqueue_key.sql"),
+    include_str!("../../../idem-sqlite/migrations/0006_counter_number_key.sql"),
+    include_str!("../../../idem-sqlite/migrations/0007_enqueue_key_window.sql"),
+];
+
+/// An SQLite database at `path` as a build of idem that had only the first `applied`
+/// migrations left it: WAL, idem's migrations table, those migrations' SQL from the
+/// store's own files, each recorded.
+pub fn old_sqlite_database(path: &Path, applied: usize) {
+    let names = idem_store::migration::NAMES;
+    assert_eq!(
+        SQLITE_MIGRATIONS.len(),
+        names.len(),
+        "a migration was added: list its file in SQLITE_MIGRATIONS"
+    );
+    let conn = rusqlite::Connection::open(path).expect("create the old database");
+    conn.execute_batch("PRAGMA journal_mode = WAL;")
+        .expect("WAL");
+    conn.execute_batch(include_str!(
+        "../../../idem-sqlite/migrations/0000_migration_table.sql"
+    ))
+    .expect("migration table");
+    for (sql, (version, name)) in SQLITE_MIGRATIONS.iter().zip(names).take(applied) {
+        conn.execute_batch(sql)
+            .unwrap_or_else(|e| panic!("migration {version}: {e}"));
+        conn.execute(
+            "INSERT INTO idem_migration (version, name, applied_at) VALUES (?1, ?2, 0)",
+            rusqlite::params![version, name],
+        )
+        .expect("record");
+    }
+}
+
+/// [`old_sqlite_database`] as `old.db` in `data`; its path and URL.
+pub fn old_sqlite(data: &Path, applied: usize) -> (PathBuf, String) {
+    let db = data.join("old.db");
+    old_sqlite_database(&db, applied);
+    let url = sqlite_url(&db);
+    (db, url)
+}
+
+/// Runs statements on the SQLite file at `path` directly.
+pub fn sqlite_exec(path: &Path, sql: &str) {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    conn.execute_batch(sql)
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// The migration versions recorded in the SQLite file at `path`.
+pub fn sqlite_versions(path: &Path) -> Vec<i64> {
+    let conn = rusqlite::Connection::open(path).expect("open");
+    let mut stmt = conn
+        .prepare("SELECT version FROM idem_migration ORDER BY version")
+        .expect("prepare");
+    stmt.query_map([], |r| r.get(0))
+        .expect("query")
+        .collect::<rusqlite::Result<_>>()
+        .expect("versions")
+}
+
+/// A fresh schema with idem's tables on the server of `IDEM_TEST_PG_URL`, dropped when
+/// this goes out of scope.
+pub struct PgSchema {
+    base: String,
+    pub schema: String,
+    /// A URL whose sessions use the schema.
+    pub url: String,
+}
+
+impl PgSchema {
+    /// `None` (with a notice) when `IDEM_TEST_PG_URL` is unset outside CI; a panic under
+    /// CI without it, as every PostgreSQL test of the workspace.
+    pub fn migrated(tmp: &Path) -> Option<PgSchema> {
+        use idem_store::testing::{PgUrlChoice, pg_url_from_env};
+        let base = match pg_url_from_env() {
+            PgUrlChoice::Use(base) => base,
+            PgUrlChoice::Skip(notice) => {
+                eprintln!("{notice}");
+                return None;
+            }
+            PgUrlChoice::Fail(why) => panic!("{why}"),
+        };
+        let schema = format!("idem_cli_test_{:016x}", rand::random::<u64>());
+        block_on(async {
+            let options = idem_postgres::PgOptions {
+                schema: Some(schema.clone()),
+                ..idem_postgres::PgOptions::default()
+            };
+            let store = idem_postgres::PgStore::connect(&base, options).await;
+            let store = store.unwrap_or_else(|e| panic!("create schema {schema}: {e}"));
+            idem_store::Store::close(&store).await;
+        });
+        let url = idem_postgres::url_with_search_path(&base, &schema);
+        let made = PgSchema { base, schema, url };
+        idem_on(tmp, &made.url, &["migrate"]).expect(0);
+        Some(made)
+    }
+
+    /// The schema's URL with every session read-only.
+    pub fn read_only_url(&self) -> String {
+        format!(
+            "{}&options=-c%20default_transaction_read_only%3Don",
+            self.url
+        )
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        let sql = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema);
+        block_on(async {
+            let store = idem_postgres::PgStore::connect(&self.base, Default::default()).await;
+            let store = store.expect("connect to drop the schema");
+            let mut tx = idem_store::Store::begin(&store).await.expect("begin");
+            tx.execute(&sql, &[]).await.expect("drop schema");
+            tx.commit().await.expect("commit");
+            idem_store::Store::close(&store).await;
+        });
+    }
+}
+
+fn block_on<T>(fut: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(fut)
 }

@@ -1,0 +1,117 @@
+//! `idem migrate`: the one command that creates a database and changes its schema. It
+//! says what it applies before applying it; `--status` (or `--dry-run`) only lists the
+//! applied and pending migrations.
+//!
+//! What must stay true: `--status` writes nothing and creates nothing (`Idem::open`'s
+//! rules); a database a newer idem migrated is refused by both forms (exit 6).
+
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use idem::{SchemaMigration, SchemaStatus};
+
+use crate::database;
+use crate::exit::{Exit, fail};
+use crate::output::{Format, print_json};
+use crate::show::time;
+
+/// Arguments of `idem migrate`.
+#[derive(Args)]
+pub struct MigrateArgs {
+    /// List the applied and pending migrations without applying any (exit 6 when some
+    /// are pending or the database is newer than this idem)
+    #[arg(long, visible_alias = "dry-run")]
+    status: bool,
+    #[command(flatten)]
+    format: Format,
+}
+
+/// `idem migrate`.
+pub async fn run(url: &str, args: MigrateArgs) -> anyhow::Result<ExitCode> {
+    if args.status {
+        return status(url, args.format).await;
+    }
+    if args.format.json {
+        let why = "--json goes with --status; `idem migrate` itself prints what it applies";
+        return Err(fail(Exit::Usage, why));
+    }
+    migrate(url).await
+}
+
+/// `idem migrate --status`: the listing on stdout; a schema that is not current is also
+/// the error (stderr, exit 6).
+async fn status(url: &str, format: Format) -> anyhow::Result<ExitCode> {
+    let store = database::open_store(url).await?;
+    let status = store.schema_status().await?;
+    store.close().await;
+    match format.json {
+        true => print_json(&status)?,
+        false => print!("{}", render(&status)),
+    }
+    status.require_current()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Creates the database if it is missing, prints what is pending, applies it.
+async fn migrate(url: &str) -> anyhow::Result<ExitCode> {
+    let store = idem::connect_store(url)
+        .await
+        .with_context(|| format!("cannot open {}", idem_postgres::redact(url)))?;
+    let status = store.schema_status().await?;
+    if !status.newer.is_empty() {
+        status.require_current()?;
+    }
+    if status.pending.is_empty() {
+        println!(
+            "nothing to apply; the schema is current ({})",
+            version(&status)
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("applying {} migration(s):", status.pending.len());
+    for m in &status.pending {
+        println!("  {m}");
+    }
+    let applied = store.migrate().await?;
+    let after = store.schema_status().await?;
+    store.close().await;
+    println!(
+        "applied {applied}; the schema is current ({})",
+        version(&after)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The schema's version, e.g. `version 7, 0007_enqueue_key_window`.
+fn version(status: &SchemaStatus) -> String {
+    match status.applied.last() {
+        Some(m) => format!("version {}, {m}", m.version),
+        None => "no migration applied".to_owned(),
+    }
+}
+
+/// The text of `--status`.
+fn render(status: &SchemaStatus) -> String {
+    let mut out = String::new();
+    out += &section("applied", &status.applied, "none");
+    out += &section("pending", &status.pending, "none; the schema is current");
+    if !status.newer.is_empty() {
+        out += &section("newer than this idem", &status.newer, "");
+    }
+    out
+}
+
+fn section(heading: &str, list: &[SchemaMigration], empty: &str) -> String {
+    if list.is_empty() {
+        return format!("{heading}: {empty}\n");
+    }
+    let mut out = format!("{heading}:\n");
+    for m in list {
+        match m.applied_at {
+            Some(_) => out += &format!("  {:<32} {}\n", m.to_string(), time(m.applied_at)),
+            None => out += &format!("  {m}\n"),
+        }
+    }
+    out
+}
