@@ -27,11 +27,9 @@ pub enum DeadCommand {
     },
     /// Show one dead job with its last error and every attempt
     Show(ShowArgs),
-    /// Put dead jobs back to available with a fresh ladder (their history is kept); exit
-    /// 3 if an id does not exist, 1 if a job is not dead or cancelled
+    /// Put dead jobs back to available with a fresh ladder (their history is kept)
     Retry(Selection),
-    /// Delete dead jobs with their history and enqueue keys; exit 3 if an id does not
-    /// exist, 1 if a job is not dead
+    /// Delete dead jobs with their history and enqueue keys
     Discard {
         #[command(flatten)]
         selection: Selection,

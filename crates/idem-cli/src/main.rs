@@ -78,6 +78,10 @@ enum Command {
     /// Job counts per queue and state
     Queues(output::Format),
     /// List, inspect, retry and discard dead jobs
+    ///
+    /// retry and discard act on the listed ids they can and name the others: an id that
+    /// does not exist makes them exit 3; a job that is not dead (for retry: nor
+    /// cancelled) is left alone and makes them exit 1.
     #[command(subcommand)]
     Dead(dead::DeadCommand),
     /// Delete records past their retention (enqueue keys, effect keys, finished and dead
