@@ -16,6 +16,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::database::open;
 use crate::exit::{Exit, OrExit, fail};
 use crate::jobs::{FilterArgs, ListArgs, ShowArgs, list_jobs, show_job};
+use crate::output::Format;
 
 /// `idem dead …`.
 #[derive(Subcommand)]
@@ -26,7 +27,12 @@ pub enum DeadCommand {
         list: ListArgs,
     },
     /// Show one dead job with its last error and every attempt
-    Show(ShowArgs),
+    Show {
+        /// Job id
+        id: i64,
+        #[command(flatten)]
+        format: Format,
+    },
     /// Put dead jobs back to available with a fresh ladder (their history is kept)
     Retry(Selection),
     /// Delete dead jobs with their history and enqueue keys
@@ -85,8 +91,8 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
         DeadCommand::List { list } => {
             list_jobs(&idem, &list, Some(JobState::Dead)).await?;
         }
-        DeadCommand::Show(show) => {
-            let job = show_job(&idem, &show).await?;
+        DeadCommand::Show { id, format } => {
+            let job = show_job(&idem, &ShowArgs { id, format }).await?;
             if job.state != JobState::Dead {
                 eprintln!("note: job {} is {}, not dead", job.id, job.state);
             }
