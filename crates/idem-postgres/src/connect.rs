@@ -33,6 +33,19 @@ pub const CLAIM_PLANNER: [(&str, &str); 3] = [
     ("enable_seqscan", "off"),
     ("enable_sort", "off"),
 ];
+/// Session settings of every connection, sent as startup options after the URL's own (so
+/// they win over the URL, the role's and the database's defaults). idem's SQL assumes
+/// READ COMMITTED: a statement that waited for a row lock re-checks its `WHERE` against
+/// the row's latest version. Under REPEATABLE READ or SERIALIZABLE the same wait ends in
+/// a serialization failure instead, and a one-statement operation run straight on the
+/// pool (no `BEGIN`) takes the session's default.
+pub const SESSION: [(&str, &str); 1] = [("default_transaction_isolation", "read committed")];
+
+/// The `BEGIN` of every transaction idem opens: the isolation level pinned on the
+/// transaction too, so a session whose default a caller changed still runs idem's
+/// statements as they were written.
+pub const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// The longest schema name PostgreSQL keeps (NAMEDATALEN - 1).
 pub const MAX_SCHEMA_LEN: usize = 63;
 

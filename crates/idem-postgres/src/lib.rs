@@ -37,8 +37,8 @@ use idem_store::{
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 pub use connect::{
-    CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, MAX_SCHEMA_LEN,
-    PgOptions, redact, url_with_search_path,
+    BEGIN, CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    MAX_SCHEMA_LEN, PgOptions, SESSION, redact, url_with_search_path,
 };
 pub use error::interpret_error;
 pub use tx::PgTx;
@@ -75,7 +75,8 @@ impl PgStore {
         let connect = match &options.schema {
             Some(schema) => connect.options([("search_path", schema)]),
             None => connect,
-        };
+        }
+        .options(connect::SESSION);
         let pool_of = |size: u32, connect: PgConnectOptions| {
             PgPoolOptions::new()
                 .max_connections(size)

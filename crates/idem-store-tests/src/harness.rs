@@ -100,7 +100,7 @@ impl TestDb {
     }
 
     /// A fresh schema on the server at `base`, migrated; panics when it cannot be made.
-    async fn postgres_at(base: &str) -> TestDb {
+    pub async fn postgres_at(base: &str) -> TestDb {
         let schema = format!("idem_test_{:016x}", rand::random::<u64>());
         let options = PgOptions {
             schema: Some(schema.clone()),
