@@ -107,6 +107,7 @@ fn claim(queue: &str, limit: u32, now: Timestamp) -> JobClaim {
         limit,
         lease_ms: 30_000,
         worker: "smoke-worker".into(),
+        kinds: None,
         now: Some(now),
     }
 }

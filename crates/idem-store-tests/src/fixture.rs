@@ -83,6 +83,7 @@ pub fn claim_params(queue: &str, limit: u32, now: Timestamp) -> JobClaim {
         limit,
         lease_ms: LEASE_MS,
         worker: WORKER.to_owned(),
+        kinds: None,
         now: Some(now),
     }
 }

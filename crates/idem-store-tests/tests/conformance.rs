@@ -45,6 +45,7 @@ idem_store_tests::store_cases!(
     claim_skips_jobs_another_claim_holds,
     claim_concurrently_never_duplicates,
     claim_concurrently_across_stores_never_duplicates,
+    claim_takes_only_the_kinds_asked_for,
     // job_lease: heartbeat and lock
     heartbeat_extends_only_current_leases,
     heartbeat_of_no_leases_is_a_no_op,

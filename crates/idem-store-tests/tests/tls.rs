@@ -84,6 +84,7 @@ async fn a_verified_tls_connection_runs_the_job_lifecycle() {
         limit: 1,
         lease_ms: 30_000,
         worker: "tls-worker".into(),
+        kinds: None,
         now: None,
     };
     let claimed = store.job_claim(claim).await.expect("claim").remove(0);

@@ -287,6 +287,9 @@ pub struct JobClaim {
     pub lease_ms: i64,
     /// Name of the claiming worker (recorded as `lease_owner`).
     pub worker: String,
+    /// Only jobs of these kinds (the kinds the worker has handlers for); `None` = any
+    /// kind. A job of a kind no claim asks for waits, and spends no attempt.
+    pub kinds: Option<Vec<String>>,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
 }

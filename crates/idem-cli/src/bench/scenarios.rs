@@ -236,6 +236,7 @@ fn claim(queue: &str, limit: usize) -> JobClaim {
         limit: u32::try_from(limit).unwrap_or(u32::MAX),
         lease_ms: LEASE_MS,
         worker: "bench-ceiling".to_owned(),
+        kinds: None,
         now: None,
     }
 }

@@ -102,6 +102,7 @@ where
         .bind(p.worker)
         .bind(p.lease_ms)
         .bind(p.now)
+        .bind(p.kinds)
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
