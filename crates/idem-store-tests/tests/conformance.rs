@@ -131,6 +131,7 @@ idem_store_tests::store_cases!(
 );
 
 idem_store_tests::postgres_cases!(
+    heartbeat_and_complete_many_lock_in_one_order,
     effect_claim_survives_its_holder_purged_meanwhile,
     ledger_post_survives_its_entry_deleted_meanwhile,
 );
