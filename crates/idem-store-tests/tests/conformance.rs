@@ -107,6 +107,7 @@ idem_store_tests::store_cases!(
     enqueue_key_follows_the_callers_transaction,
     enqueue_key_racing_producer_gets_the_committed_job,
     enqueue_key_racing_producer_takes_a_rolled_back_key,
+    enqueue_claimed_lease_runs_from_after_the_wait,
     enqueue_key_two_producers_at_once_get_one_job,
     enqueue_key_many_producers_get_one_job,
     // job_dead: snooze, retry, discard

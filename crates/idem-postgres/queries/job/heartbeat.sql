@@ -1,6 +1,7 @@
 -- Extends every current lease in $1/$2 (job ids and their fences, bigint[] each) to now +
--- $3 ms ($4 timestamptz, NULL = database clock). A lease that is no longer current is not
--- returned.
+-- $3 ms ($4 timestamptz, NULL = database clock: this statement's, clock_timestamp(), so
+-- a renewal inside a longer transaction counts from when it runs). A lease that is no
+-- longer current is not returned.
 -- PostgreSQL dialect: the leases arrive as two arrays in the binary protocol, unpacked
 -- with unnest (SQLite: a JSON array, json_each and a row-value IN). The rows are locked
 -- first, in id order (`locked`: the sort sits below the lock), whatever order the leases
@@ -20,7 +21,8 @@ WITH locked AS (
     FOR NO KEY UPDATE OF idem_job
 )
 UPDATE idem_job
-SET lease_expires_at = coalesce($4::timestamptz, now()) + $3::bigint * interval '1 millisecond'
+SET lease_expires_at = coalesce($4::timestamptz, clock_timestamp())
+                       + $3::bigint * interval '1 millisecond'
 FROM locked
 WHERE idem_job.id = locked.id
   AND idem_job.fence = locked.fence
