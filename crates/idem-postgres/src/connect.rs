@@ -67,13 +67,21 @@ pub struct PgOptions {
     pub schema: Option<String>,
     /// Largest number of pooled connections.
     pub max_connections: u32,
+    /// How long an operator's action (cancel, dead-letter retry or discard) waits for a
+    /// row another transaction holds, such as a worker's open effect transaction, before
+    /// it gives up with [`StoreError::Busy`] instead of hanging.
+    pub operator_lock_timeout: Duration,
 }
+
+/// Default [`PgOptions::operator_lock_timeout`]: 5 s.
+pub const DEFAULT_OPERATOR_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for PgOptions {
     fn default() -> Self {
         PgOptions {
             schema: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            operator_lock_timeout: DEFAULT_OPERATOR_LOCK_TIMEOUT,
         }
     }
 }
@@ -81,6 +89,13 @@ impl Default for PgOptions {
 impl PgOptions {
     /// Checks the settings; the error names the bad value and what is expected.
     pub fn validate(&self) -> StoreResult<()> {
+        if self.operator_lock_timeout.is_zero() {
+            return Err(StoreError::Config(
+                "operator_lock_timeout is 0, which PostgreSQL reads as no timeout; give a \
+                 duration above zero (5 s is the default)"
+                    .into(),
+            ));
+        }
         if self.max_connections == 0 {
             return Err(StoreError::Config(
                 "max_connections is 0; a PostgreSQL store needs at least 1 connection".into(),
@@ -107,6 +122,11 @@ pub(crate) fn is_plain_identifier(s: &str) -> bool {
     first_ok
         && s.len() <= MAX_SCHEMA_LEN
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A duration in whole milliseconds as the text a duration setting takes (`set_config`).
+pub(crate) fn millis_text(d: Duration) -> String {
+    d.as_millis().max(1).to_string()
 }
 
 /// Parses `url` after checking it names PostgreSQL.

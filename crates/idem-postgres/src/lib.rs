@@ -23,6 +23,7 @@ mod connect;
 mod error;
 mod migrate;
 mod notify;
+mod operator;
 mod ops;
 mod row;
 mod tx;
@@ -30,15 +31,16 @@ mod value;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptRow, Backend, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat,
-    JobInsert, JobList, JobRescue, JobRetry, JobRow, LeaseRenewal, Purge, PurgeTarget, QueueCount,
-    SqlValue, Store, StoreResult, StoreTx, Timestamp, Wakeups,
+    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
+    JobHeartbeat, JobInsert, JobList, JobRescue, JobRetry, JobRow, LeaseRenewal, Purge,
+    PurgeTarget, QueueCount, SqlValue, Store, StoreResult, StoreTx, Timestamp, Wakeups,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 pub use connect::{
     BEGIN, CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    MAX_SCHEMA_LEN, PgOptions, SESSION, redact, url_with_search_path,
+    DEFAULT_OPERATOR_LOCK_TIMEOUT, MAX_SCHEMA_LEN, PgOptions, SESSION, redact,
+    url_with_search_path,
 };
 pub use error::interpret_error;
 pub use tx::PgTx;
@@ -49,6 +51,8 @@ pub struct PgStore {
     pool: PgPool,
     /// Connections with [`CLAIM_PLANNER`], for claims only.
     claims: PgPool,
+    /// [`PgOptions::operator_lock_timeout`].
+    operator_lock_timeout: std::time::Duration,
 }
 
 impl PgStore {
@@ -89,7 +93,11 @@ impl PgStore {
             connect.clone().options(CLAIM_PLANNER),
         );
         let pool = pool_of(options.max_connections, connect);
-        Ok(PgStore { pool, claims })
+        Ok(PgStore {
+            pool,
+            claims,
+            operator_lock_timeout: options.operator_lock_timeout,
+        })
     }
 
     /// The connection pool, for callers that need sqlx directly. Its connections use the
@@ -166,11 +174,15 @@ impl Store for PgStore {
     }
 
     async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
-        ops::job::retry(&self.pool, p).await
+        operator::retry(&self.pool, self.operator_lock_timeout, p).await
     }
 
     async fn job_discard(&self, p: JobDiscard) -> StoreResult<Vec<i64>> {
-        ops::job::discard(&self.pool, p).await
+        operator::discard(&self.pool, self.operator_lock_timeout, p).await
+    }
+
+    async fn job_cancel(&self, p: JobCancel) -> StoreResult<JobRow> {
+        operator::cancel(&self.pool, self.operator_lock_timeout, p).await
     }
 
     async fn purge(&self, p: Purge) -> StoreResult<u64> {

@@ -198,6 +198,7 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
         .bind("w")
         .bind(30_000_i64)
         .bind(None::<Timestamp>)
+        .bind(Some(vec!["smoke".to_owned()]))
         .fetch_all(&store.claims)
         .await
         .unwrap();

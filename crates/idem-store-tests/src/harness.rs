@@ -105,6 +105,7 @@ impl TestDb {
         let options = PgOptions {
             schema: Some(schema.clone()),
             max_connections: PG_TEST_MAX_CONNECTIONS,
+            ..PgOptions::default()
         };
         let store = PgStore::connect(base, options).await.unwrap_or_else(|e| {
             let base = idem_postgres::redact(base);
@@ -160,6 +161,7 @@ pub async fn open_store(url: &str) -> StoreResult<Arc<dyn Store>> {
         let options = PgOptions {
             schema: None,
             max_connections: PG_TEST_MAX_CONNECTIONS,
+            ..PgOptions::default()
         };
         Ok(Arc::new(PgStore::connect(url, options).await?))
     } else {

@@ -41,6 +41,7 @@ async fn store_at(url: &str) -> Result<(PgStore, String), StoreError> {
     let options = PgOptions {
         schema: Some(schema.clone()),
         max_connections: 4,
+        ..PgOptions::default()
     };
     Ok((PgStore::connect(url, options).await?, schema))
 }

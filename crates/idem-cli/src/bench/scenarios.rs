@@ -259,7 +259,7 @@ async fn fenced(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
         for job in jobs {
             let lease = job.lease_token();
             let mut tx = store.begin().await?;
-            tx.job_lock(JobLock { lease }).await?;
+            tx.job_lock(JobLock::of(lease)).await?;
             tx.execute(EFFECT_INSERT, &[lease.job_id.into(), lease.fence.into()])
                 .await?;
             tx.job_complete(JobComplete { lease, now: None }).await?;

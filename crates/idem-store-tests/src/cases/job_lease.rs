@@ -113,9 +113,7 @@ pub async fn lock_returns_the_current_claim(db: &TestDb) {
     let row = running(db, job("effect"), t0()).await;
     let mut tx = db.store.begin().await.expect("begin");
     let locked = tx
-        .job_lock(JobLock {
-            lease: row.lease_token(),
-        })
+        .job_lock(JobLock::of(row.lease_token()))
         .await
         .expect("job_lock");
     assert_eq!(locked, row);
@@ -148,15 +146,13 @@ pub async fn lock_refuses_a_claim_not_current(db: &TestDb) {
     ];
     for lease in refused {
         let mut tx = db.store.begin().await.expect("begin");
-        assert_lease_lost(tx.job_lock(JobLock { lease }).await, lease);
+        assert_lease_lost(tx.job_lock(JobLock::of(lease)).await, lease);
         tx.rollback().await.expect("rollback");
     }
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(JobLock {
-        lease: current.lease_token(),
-    })
-    .await
-    .expect("current claim locks");
+    tx.job_lock(JobLock::of(current.lease_token()))
+        .await
+        .expect("current claim locks");
     tx.commit().await.expect("commit");
 }
 
@@ -180,11 +176,9 @@ pub async fn lock_holds_off_a_rescue_from_another_store(db: &TestDb) {
 async fn rescue_beside_a_lock(db: &TestDb, store: Arc<dyn Store>) {
     let row = running(db, job("effect"), t0()).await;
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(JobLock {
-        lease: row.lease_token(),
-    })
-    .await
-    .expect("job_lock");
+    tx.job_lock(JobLock::of(row.lease_token()))
+        .await
+        .expect("job_lock");
     let params = JobRescue {
         limit: 10,
         retry_in_ms: 0,
@@ -229,11 +223,9 @@ async fn rescue_beside_a_lock(db: &TestDb, store: Arc<dyn Store>) {
 pub async fn lock_holds_off_a_concurrent_cancel(db: &TestDb) {
     let row = running(db, job("effect"), t0()).await;
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(JobLock {
-        lease: row.lease_token(),
-    })
-    .await
-    .expect("job_lock");
+    tx.job_lock(JobLock::of(row.lease_token()))
+        .await
+        .expect("job_lock");
     let store = db.store.clone();
     let params = JobCancel {
         job_id: row.id,
@@ -281,7 +273,7 @@ pub async fn lock_sees_a_concurrent_rescue(db: &TestDb) {
     let lease = row.lease_token();
     let lock = spawn_started(async move {
         let mut tx = store.begin().await?;
-        let locked = tx.job_lock(JobLock { lease }).await;
+        let locked = tx.job_lock(JobLock::of(lease)).await;
         tx.rollback().await?;
         locked
     })
