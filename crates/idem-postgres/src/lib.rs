@@ -53,6 +53,8 @@ pub struct PgStore {
     claims: PgPool,
     /// [`PgOptions::operator_lock_timeout`].
     operator_lock_timeout: std::time::Duration,
+    /// [`PgOptions::max_connections`].
+    max_connections: u32,
 }
 
 impl PgStore {
@@ -97,6 +99,7 @@ impl PgStore {
             pool,
             claims,
             operator_lock_timeout: options.operator_lock_timeout,
+            max_connections: options.max_connections,
         })
     }
 
@@ -156,6 +159,10 @@ impl Store for PgStore {
 
     fn has_channel(&self) -> bool {
         true
+    }
+
+    fn connections(&self) -> Option<u32> {
+        Some(self.max_connections)
     }
 
     async fn announce(&self, queues: &[String]) -> StoreResult<()> {

@@ -32,7 +32,7 @@ use idem_store::testing::{PgUrlChoice, pg_url_from_env};
 
 /// Connections per PostgreSQL test store: enough for the concurrency cases, few enough
 /// that parallel tests stay under the server's `max_connections`.
-pub const PG_TEST_MAX_CONNECTIONS: u32 = 8;
+pub const PG_TEST_MAX_CONNECTIONS: u32 = 16;
 
 /// A fresh, migrated database owned by one test.
 ///

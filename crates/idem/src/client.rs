@@ -25,14 +25,31 @@ use crate::worker::{Worker, WorkerConfig};
 /// Most jobs a rescue call moves at once.
 pub(crate) const RESCUE_BATCH: u32 = 1000;
 
-/// Opens the store named by `url` (not migrated).
+/// The settings of the store a URL names: [`PgOptions`] for `postgres://` URLs (pool
+/// size, schema, operator lock timeout), [`SqliteOptions`] for `sqlite://` ones
+/// (durability, busy timeout, readers). The URL picks which applies.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Used when the URL names PostgreSQL.
+    pub postgres: PgOptions,
+    /// Used when the URL names SQLite.
+    pub sqlite: SqliteOptions,
+}
+
+/// Opens the store named by `url` (not migrated), with default settings.
 pub async fn connect_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
+    connect_store_with(url, ConnectOptions::default()).await
+}
+
+/// Opens the store named by `url` (not migrated), with `options`.
+pub async fn connect_store_with(
+    url: &str,
+    options: ConnectOptions,
+) -> Result<Arc<dyn Store>, IdemError> {
     let url = url.trim();
     match Backend::of_url(url) {
-        Some(Backend::Sqlite) => Ok(Arc::new(
-            SqliteStore::connect(url, SqliteOptions::default()).await?,
-        )),
-        Some(Backend::Postgres) => Ok(Arc::new(PgStore::connect(url, PgOptions::default()).await?)),
+        Some(Backend::Sqlite) => Ok(Arc::new(SqliteStore::connect(url, options.sqlite).await?)),
+        Some(Backend::Postgres) => Ok(Arc::new(PgStore::connect(url, options.postgres).await?)),
         None => Err(IdemError::Config(format!(
             "unsupported database URL {:?}: use sqlite://path/to/file.db or \
              postgres://user@host:port/database",
@@ -64,7 +81,22 @@ impl std::fmt::Debug for Idem {
 impl Idem {
     /// Connects to `url` and applies pending migrations.
     pub async fn connect(url: &str) -> Result<Idem, IdemError> {
-        let store = connect_store(url).await?;
+        Idem::connect_with(url, ConnectOptions::default()).await
+    }
+
+    /// [`Idem::connect`] with the store's settings, such as the PostgreSQL pool size:
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), idem::IdemError> {
+    /// use idem::{ConnectOptions, Idem, PgOptions};
+    ///
+    /// let postgres = PgOptions { max_connections: 40, ..PgOptions::default() };
+    /// let options = ConnectOptions { postgres, ..ConnectOptions::default() };
+    /// let idem = Idem::connect_with("postgres://app@db/app", options).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<Idem, IdemError> {
+        let store = connect_store_with(url, options).await?;
         store.migrate().await?;
         Ok(Idem::from_store(store))
     }
@@ -246,11 +278,13 @@ impl Idem {
     }
 
     /// A worker over this client's store and clock. Refused when the configuration is
-    /// invalid or when this client's retention windows do not cover the worker's retry
-    /// horizon (the error names both durations).
+    /// invalid, when this client's retention windows do not cover the worker's retry
+    /// horizon (the error names both durations), or when the store's pool cannot serve
+    /// the worker's own duties and one job ([`WorkerConfig::check_connections`]).
     pub fn worker(&self, config: WorkerConfig) -> Result<Worker, IdemError> {
         config.validate()?;
         self.retention.check_covers(&config.horizon())?;
+        config.check_connections(self.store.connections())?;
         Worker::new(self.clone(), config)
     }
 }
