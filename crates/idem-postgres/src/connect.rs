@@ -14,8 +14,10 @@ use sqlx::{ConnectOptions, Connection};
 
 use crate::error::interpret_error;
 
-/// Default size of the connection pool.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// Default size of the connection pool: a worker with the default concurrency (10) plus
+/// the connections of its own duties (7: heartbeat, two completion flushes, rescuer,
+/// purger, listener, announcer), with room to spare.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 20;
 /// How long connecting, or waiting for a pooled connection, may take before the store
 /// reports the database unavailable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,6 +36,19 @@ pub const CLAIM_PLANNER: [(&str, &str); 3] = [
     ("enable_seqscan", "off"),
     ("enable_sort", "off"),
 ];
+/// Session settings of every connection, sent as startup options after the URL's own (so
+/// they win over the URL, the role's and the database's defaults). idem's SQL assumes
+/// READ COMMITTED: a statement that waited for a row lock re-checks its `WHERE` against
+/// the row's latest version. Under REPEATABLE READ or SERIALIZABLE the same wait ends in
+/// a serialization failure instead, and a one-statement operation run straight on the
+/// pool (no `BEGIN`) takes the session's default.
+pub const SESSION: [(&str, &str); 1] = [("default_transaction_isolation", "read committed")];
+
+/// The `BEGIN` of every transaction idem opens: the isolation level pinned on the
+/// transaction too, so a session whose default a caller changed still runs idem's
+/// statements as they were written.
+pub const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
 /// The longest schema name PostgreSQL keeps (NAMEDATALEN - 1).
 pub const MAX_SCHEMA_LEN: usize = 63;
 
@@ -55,13 +70,21 @@ pub struct PgOptions {
     pub schema: Option<String>,
     /// Largest number of pooled connections.
     pub max_connections: u32,
+    /// How long an operator's action (cancel, dead-letter retry or discard) waits for a
+    /// row another transaction holds, such as a worker's open effect transaction, before
+    /// it gives up with [`StoreError::Busy`] instead of hanging.
+    pub operator_lock_timeout: Duration,
 }
+
+/// Default [`PgOptions::operator_lock_timeout`]: 5 s.
+pub const DEFAULT_OPERATOR_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Default for PgOptions {
     fn default() -> Self {
         PgOptions {
             schema: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            operator_lock_timeout: DEFAULT_OPERATOR_LOCK_TIMEOUT,
         }
     }
 }
@@ -69,6 +92,13 @@ impl Default for PgOptions {
 impl PgOptions {
     /// Checks the settings; the error names the bad value and what is expected.
     pub fn validate(&self) -> StoreResult<()> {
+        if self.operator_lock_timeout.is_zero() {
+            return Err(StoreError::Config(
+                "operator_lock_timeout is 0, which PostgreSQL reads as no timeout; give a \
+                 duration above zero (5 s is the default)"
+                    .into(),
+            ));
+        }
         if self.max_connections == 0 {
             return Err(StoreError::Config(
                 "max_connections is 0; a PostgreSQL store needs at least 1 connection".into(),
@@ -95,6 +125,11 @@ pub(crate) fn is_plain_identifier(s: &str) -> bool {
     first_ok
         && s.len() <= MAX_SCHEMA_LEN
         && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A duration in whole milliseconds as the text a duration setting takes (`set_config`).
+pub(crate) fn millis_text(d: Duration) -> String {
+    d.as_millis().max(1).to_string()
 }
 
 /// Parses `url` after checking it names PostgreSQL.

@@ -23,6 +23,7 @@ mod connect;
 mod error;
 mod migrate;
 mod notify;
+mod operator;
 mod ops;
 mod row;
 mod tx;
@@ -30,15 +31,16 @@ mod value;
 
 use async_trait::async_trait;
 use idem_store::{
-    AttemptRow, Backend, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat,
-    JobInsert, JobList, JobRescue, JobRetry, JobRow, LeaseRenewal, Purge, PurgeTarget, QueueCount,
-    SqlValue, Store, StoreResult, StoreTx, Timestamp, Wakeups,
+    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
+    JobHeartbeat, JobInsert, JobList, JobRescue, JobRetry, JobRow, LeaseRenewal, Purge,
+    PurgeTarget, QueueCount, SqlValue, Store, StoreResult, StoreTx, Timestamp, Wakeups,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 pub use connect::{
-    CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS, MAX_SCHEMA_LEN,
-    PgOptions, redact, url_with_search_path,
+    BEGIN, CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_OPERATOR_LOCK_TIMEOUT, MAX_SCHEMA_LEN, PgOptions, SESSION, redact,
+    url_with_search_path,
 };
 pub use error::interpret_error;
 pub use tx::PgTx;
@@ -49,6 +51,10 @@ pub struct PgStore {
     pool: PgPool,
     /// Connections with [`CLAIM_PLANNER`], for claims only.
     claims: PgPool,
+    /// [`PgOptions::operator_lock_timeout`].
+    operator_lock_timeout: std::time::Duration,
+    /// [`PgOptions::max_connections`].
+    max_connections: u32,
 }
 
 impl PgStore {
@@ -90,7 +96,8 @@ impl PgStore {
         let connect = match &options.schema {
             Some(schema) => connect.options([("search_path", schema)]),
             None => connect,
-        };
+        }
+        .options(connect::SESSION);
         let pool_of = |size: u32, connect: PgConnectOptions| {
             PgPoolOptions::new()
                 .max_connections(size)
@@ -103,7 +110,12 @@ impl PgStore {
             connect.clone().options(CLAIM_PLANNER),
         );
         let pool = pool_of(options.max_connections, connect);
-        Ok(PgStore { pool, claims })
+        Ok(PgStore {
+            pool,
+            claims,
+            operator_lock_timeout: options.operator_lock_timeout,
+            max_connections: options.max_connections,
+        })
     }
 
     /// The connection pool, for callers that need sqlx directly. Its connections use the
@@ -168,6 +180,10 @@ impl Store for PgStore {
         true
     }
 
+    fn connections(&self) -> Option<u32> {
+        Some(self.max_connections)
+    }
+
     async fn announce(&self, queues: &[String]) -> StoreResult<()> {
         notify::announce(&self.pool, queues).await
     }
@@ -184,11 +200,15 @@ impl Store for PgStore {
     }
 
     async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
-        ops::job::retry(&self.pool, p).await
+        operator::retry(&self.pool, self.operator_lock_timeout, p).await
     }
 
     async fn job_discard(&self, p: JobDiscard) -> StoreResult<Vec<i64>> {
-        ops::job::discard(&self.pool, p).await
+        operator::discard(&self.pool, self.operator_lock_timeout, p).await
+    }
+
+    async fn job_cancel(&self, p: JobCancel) -> StoreResult<JobRow> {
+        operator::cancel(&self.pool, self.operator_lock_timeout, p).await
     }
 
     async fn purge(&self, p: Purge) -> StoreResult<u64> {

@@ -35,7 +35,10 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
 /// Applies pending migrations in one transaction under the advisory lock; returns how
 /// many ran.
 pub(crate) async fn run(pool: &PgPool) -> StoreResult<usize> {
-    let mut tx = pool.begin().await.map_err(interpret_error)?;
+    let mut tx = pool
+        .begin_with(crate::connect::BEGIN)
+        .await
+        .map_err(interpret_error)?;
     sqlx::query(include_str!("../queries/migration/lock.sql"))
         .bind(MIGRATION_LOCK_KEY)
         .execute(&mut *tx)

@@ -107,6 +107,7 @@ fn claim(queue: &str, limit: u32, now: Timestamp) -> JobClaim {
         limit,
         lease_ms: 30_000,
         worker: "smoke-worker".into(),
+        kinds: None,
         now: Some(now),
     }
 }
@@ -197,6 +198,7 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
         .bind("w")
         .bind(30_000_i64)
         .bind(None::<Timestamp>)
+        .bind(Some(vec!["smoke".to_owned()]))
         .fetch_all(&store.claims)
         .await
         .unwrap();

@@ -24,7 +24,10 @@ pub struct PgTx {
 
 impl PgTx {
     pub(crate) async fn begin(pool: &PgPool) -> StoreResult<Self> {
-        let tx = pool.begin().await.map_err(interpret_error)?;
+        let tx = pool
+            .begin_with(crate::connect::BEGIN)
+            .await
+            .map_err(interpret_error)?;
         Ok(PgTx { tx })
     }
 

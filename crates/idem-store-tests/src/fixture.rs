@@ -83,6 +83,7 @@ pub fn claim_params(queue: &str, limit: u32, now: Timestamp) -> JobClaim {
         limit,
         lease_ms: LEASE_MS,
         worker: WORKER.to_owned(),
+        kinds: None,
         now: Some(now),
     }
 }
@@ -286,24 +287,40 @@ pub async fn assert_waits_for<T>(
 /// Polls the server's lock graph (`pg_blocking_pids`), not a clock; wrap it in
 /// [`crate::harness::within`] so a missing waiter fails instead of hanging.
 pub async fn pg_wait_until_blocked_by(db: &TestDb, tx: &mut Box<dyn idem_store::StoreTx>) {
-    assert_eq!(
-        db.backend,
-        crate::Backend::Postgres,
-        "a PostgreSQL-only signal"
-    );
     let pid = tx
         .query("SELECT pg_backend_pid()", &[])
         .await
         .expect("pg_backend_pid")
         .remove(0)
         .remove(0);
-    let sql = "SELECT count(*) FROM pg_stat_activity WHERE $1::int = ANY(pg_blocking_pids(pid))";
+    pg_poll(db, "$1::int = ANY(pg_blocking_pids(pid))", pid).await
+}
+
+/// PostgreSQL only: returns once the server backend `pid` waits for a lock (whoever
+/// holds it). Polls the lock graph like [`pg_wait_until_blocked_by`].
+pub async fn pg_wait_until_waiting(db: &TestDb, pid: i64) {
+    pg_poll(
+        db,
+        "pid = $1::int AND cardinality(pg_blocking_pids(pid)) > 0",
+        pid.into(),
+    )
+    .await
+}
+
+/// Polls until some backend of `pg_stat_activity` matches `condition` (with `$1` bound).
+async fn pg_poll(db: &TestDb, condition: &str, arg: idem_store::SqlValue) {
+    assert_eq!(
+        db.backend,
+        crate::Backend::Postgres,
+        "a PostgreSQL-only signal"
+    );
+    let sql = format!("SELECT count(*) FROM pg_stat_activity WHERE {condition}");
     loop {
         let rows = db
             .store
-            .query(sql, std::slice::from_ref(&pid))
+            .query(&sql, std::slice::from_ref(&arg))
             .await
-            .expect("pg_blocking_pids");
+            .expect("pg_stat_activity");
         if rows[0][0].as_i64().is_some_and(|n| n > 0) {
             return;
         }

@@ -32,7 +32,7 @@ use idem_store::testing::{PgUrlChoice, pg_url_from_env};
 
 /// Connections per PostgreSQL test store: enough for the concurrency cases, few enough
 /// that parallel tests stay under the server's `max_connections`.
-pub const PG_TEST_MAX_CONNECTIONS: u32 = 8;
+pub const PG_TEST_MAX_CONNECTIONS: u32 = 16;
 
 /// A fresh, migrated database owned by one test.
 ///
@@ -100,11 +100,12 @@ impl TestDb {
     }
 
     /// A fresh schema on the server at `base`, migrated; panics when it cannot be made.
-    async fn postgres_at(base: &str) -> TestDb {
+    pub async fn postgres_at(base: &str) -> TestDb {
         let schema = format!("idem_test_{:016x}", rand::random::<u64>());
         let options = PgOptions {
             schema: Some(schema.clone()),
             max_connections: PG_TEST_MAX_CONNECTIONS,
+            ..PgOptions::default()
         };
         let store = PgStore::connect(base, options).await.unwrap_or_else(|e| {
             let base = idem_postgres::redact(base);
@@ -160,6 +161,7 @@ pub async fn open_store(url: &str) -> StoreResult<Arc<dyn Store>> {
         let options = PgOptions {
             schema: None,
             max_connections: PG_TEST_MAX_CONNECTIONS,
+            ..PgOptions::default()
         };
         Ok(Arc::new(PgStore::connect(url, options).await?))
     } else {

@@ -50,6 +50,7 @@ idem_store_tests::store_cases!(
     claim_skips_jobs_another_claim_holds,
     claim_concurrently_never_duplicates,
     claim_concurrently_across_stores_never_duplicates,
+    claim_takes_only_the_kinds_asked_for,
     // job_lease: heartbeat and lock
     heartbeat_extends_only_current_leases,
     heartbeat_of_no_leases_is_a_no_op,
@@ -111,6 +112,7 @@ idem_store_tests::store_cases!(
     enqueue_key_follows_the_callers_transaction,
     enqueue_key_racing_producer_gets_the_committed_job,
     enqueue_key_racing_producer_takes_a_rolled_back_key,
+    enqueue_claimed_lease_runs_from_after_the_wait,
     enqueue_key_two_producers_at_once_get_one_job,
     enqueue_key_many_producers_get_one_job,
     // job_dead: snooze, retry, discard
@@ -135,6 +137,7 @@ idem_store_tests::store_cases!(
 );
 
 idem_store_tests::postgres_cases!(
+    heartbeat_and_complete_many_lock_in_one_order,
     effect_claim_survives_its_holder_purged_meanwhile,
     ledger_post_survives_its_entry_deleted_meanwhile,
 );

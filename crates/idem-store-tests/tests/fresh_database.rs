@@ -80,6 +80,7 @@ async fn postgres_concurrent_first_migrations() {
         let options = PgOptions {
             schema: Some(schema.clone()),
             max_connections: 2,
+            ..PgOptions::default()
         };
         let base = base.clone();
         tokio::spawn(async move { PgStore::connect(&base, options).await })

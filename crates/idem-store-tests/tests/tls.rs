@@ -41,6 +41,7 @@ async fn store_at(url: &str) -> Result<(PgStore, String), StoreError> {
     let options = PgOptions {
         schema: Some(schema.clone()),
         max_connections: 4,
+        ..PgOptions::default()
     };
     Ok((PgStore::connect(url, options).await?, schema))
 }
@@ -84,6 +85,7 @@ async fn a_verified_tls_connection_runs_the_job_lifecycle() {
         limit: 1,
         lease_ms: 30_000,
         worker: "tls-worker".into(),
+        kinds: None,
         now: None,
     };
     let claimed = store.job_claim(claim).await.expect("claim").remove(0);

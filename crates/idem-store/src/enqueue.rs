@@ -7,6 +7,8 @@
 //! key is deleted again in the same transaction, and the job holding the key is returned
 //! instead, marked deduplicated. On PostgreSQL a concurrent enqueue of the same key waits
 //! on the index entry until the first transaction ends, so two producers never both win.
+//! A job inserted claimed (local dispatch) that kept its key has its lease renewed as the
+//! last statement, so the wait does not eat into it.
 
 use std::collections::{HashMap, HashSet};
 
@@ -42,6 +44,10 @@ pub async fn insert<T: StoreTx + ?Sized>(
     }
     let window_ms = params.key_window_ms;
     let now = params.now;
+    let claims: Vec<Option<i64>> = unique
+        .iter()
+        .map(|j| j.claim.as_ref().map(|c| c.lease_ms))
+        .collect();
     let unique_keys: Vec<Option<String>> = unique.iter().map(|j| j.enqueue_key.clone()).collect();
     let rows = tx
         .job_insert_rows(JobInsert {
@@ -72,6 +78,7 @@ pub async fn insert<T: StoreTx + ?Sized>(
         .map(|(q, k, id)| (id, (q, k)))
         .collect();
     let mut results: Vec<Enqueued> = rows.into_iter().map(Enqueued::new).collect();
+    renew_claims(tx, &mut results, &claims, &lost, now).await?;
     if !lost.is_empty() {
         let holders: HashMap<(String, String), i64> = tx
             .enqueue_key_find(lost.values().cloned().collect())
@@ -115,6 +122,46 @@ pub async fn insert<T: StoreTx + ?Sized>(
             },
         })
         .collect())
+}
+
+/// Renews, once more, the leases of the jobs inserted claimed that kept their keys: the
+/// statements taking the keys may have waited for another enqueue's transaction, and a
+/// lease must run from (about) the commit that hands the job to its worker, not from
+/// the insert. `claims[i]` is the lease of `results[i]`'s claim, if it was inserted
+/// claimed.
+async fn renew_claims<T: StoreTx + ?Sized>(
+    tx: &mut T,
+    results: &mut [Enqueued],
+    claims: &[Option<i64>],
+    lost: &HashMap<i64, (String, String)>,
+    now: Option<crate::Timestamp>,
+) -> StoreResult<()> {
+    let mut by_lease: HashMap<i64, Vec<crate::LeaseToken>> = HashMap::new();
+    for (r, lease_ms) in results.iter().zip(claims) {
+        if let Some(ms) = lease_ms.filter(|_| !lost.contains_key(&r.job.id)) {
+            by_lease.entry(ms).or_default().push(r.job.lease_token());
+        }
+    }
+    let position: HashMap<i64, usize> = results
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.job.id, i))
+        .collect();
+    for (lease_ms, leases) in by_lease {
+        let renewed = tx
+            .job_heartbeat(crate::JobHeartbeat {
+                leases,
+                lease_ms,
+                now,
+            })
+            .await?;
+        for renewal in renewed {
+            if let Some(i) = position.get(&renewal.job_id) {
+                results[*i].job.lease_expires_at = Some(renewal.lease_expires_at);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Where a job of the input gets its result: its own row, or the row of an earlier job

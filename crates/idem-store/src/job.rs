@@ -287,6 +287,9 @@ pub struct JobClaim {
     pub lease_ms: i64,
     /// Name of the claiming worker (recorded as `lease_owner`).
     pub worker: String,
+    /// Only jobs of these kinds (the kinds the worker has handlers for); `None` = any
+    /// kind. A job of a kind no claim asks for waits, and spends no attempt.
+    pub kinds: Option<Vec<String>>,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
 }
@@ -327,6 +330,22 @@ pub struct LeaseRenewal {
 pub struct JobLock {
     /// The claim.
     pub lease: LeaseToken,
+    /// How long the transaction may sit idle between statements before the server ends
+    /// its session (PostgreSQL's `idle_in_transaction_session_timeout`, for this
+    /// transaction only), in milliseconds; `None` leaves the session's setting. A worker
+    /// passes its lease: a holder stalled that long (a paused process) has lost its claim
+    /// anyway, and ending its session releases the job's row for the rescuer.
+    pub idle_timeout_ms: Option<i64>,
+}
+
+impl JobLock {
+    /// The lock of `lease`'s claim, with no idle timeout of its own.
+    pub fn of(lease: LeaseToken) -> JobLock {
+        JobLock {
+            lease,
+            idle_timeout_ms: None,
+        }
+    }
 }
 
 /// Complete a running job under its current fence.

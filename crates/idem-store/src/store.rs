@@ -81,6 +81,13 @@ pub trait Store: Send + Sync + 'static {
         Ok(found)
     }
 
+    /// How many connections the store's pool of ordinary connections holds at most: what
+    /// a worker's running effect transactions, heartbeat, completer and maintenance all
+    /// draw on. `None` for a store whose writes queue on one writer instead (SQLite).
+    fn connections(&self) -> Option<u32> {
+        None
+    }
+
     /// Whether this store can carry wake-ups between processes ([`Store::announce`],
     /// [`Store::subscribe`]). Without it, workers in other processes find new jobs by
     /// polling.

@@ -28,28 +28,61 @@ use crate::worker::{Worker, WorkerConfig};
 /// Most jobs a rescue call moves at once.
 pub(crate) const RESCUE_BATCH: u32 = 1000;
 
-/// Opens the store named by `url`, creating the SQLite file if it is missing (not
-/// migrated).
-pub async fn connect_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
-    store_of(url, true).await
+/// The settings of the store a URL names: [`PgOptions`] for `postgres://` URLs (pool
+/// size, schema, operator lock timeout), [`SqliteOptions`] for `sqlite://` ones
+/// (durability, busy timeout, readers). The URL picks which applies.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Used when the URL names PostgreSQL.
+    pub postgres: PgOptions,
+    /// Used when the URL names SQLite.
+    pub sqlite: SqliteOptions,
 }
 
-/// Opens the existing store named by `url`, writing nothing: a missing SQLite file or
-/// PostgreSQL database is [`StoreError::NotFound`](idem_store::StoreError::NotFound).
-/// Neither creates nor migrates; [`Store::schema_status`] says where its schema stands.
+/// Opens the store named by `url` (not migrated), with default settings, creating the
+/// SQLite file if it is missing.
+pub async fn connect_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
+    connect_store_with(url, ConnectOptions::default()).await
+}
+
+/// Opens the store named by `url` (not migrated), with `options`, creating the SQLite
+/// file (or the configured PostgreSQL schema) if it is missing.
+pub async fn connect_store_with(
+    url: &str,
+    options: ConnectOptions,
+) -> Result<Arc<dyn Store>, IdemError> {
+    store_of(url, options, true).await
+}
+
+/// Opens the existing store named by `url`, with default settings, writing nothing: a
+/// missing SQLite file or PostgreSQL database is
+/// [`StoreError::NotFound`](idem_store::StoreError::NotFound). Neither creates nor
+/// migrates; [`Store::schema_status`] says where its schema stands.
 pub async fn open_store(url: &str) -> Result<Arc<dyn Store>, IdemError> {
-    store_of(url, false).await
+    open_store_with(url, ConnectOptions::default()).await
+}
+
+/// [`open_store`] with `options` (a configured PostgreSQL schema must exist).
+pub async fn open_store_with(
+    url: &str,
+    options: ConnectOptions,
+) -> Result<Arc<dyn Store>, IdemError> {
+    store_of(url, options, false).await
 }
 
 /// The store `url` names, opened with its `connect` (`create`) or its `open_existing`.
-async fn store_of(url: &str, create: bool) -> Result<Arc<dyn Store>, IdemError> {
+async fn store_of(
+    url: &str,
+    options: ConnectOptions,
+    create: bool,
+) -> Result<Arc<dyn Store>, IdemError> {
     let url = url.trim();
-    let (sqlite, pg) = (SqliteOptions::default(), PgOptions::default());
+    let ConnectOptions { postgres, sqlite } = options;
     let store: Arc<dyn Store> = match (Backend::of_url(url), create) {
         (Some(Backend::Sqlite), true) => Arc::new(SqliteStore::connect(url, sqlite).await?),
         (Some(Backend::Sqlite), false) => Arc::new(SqliteStore::open_existing(url, sqlite).await?),
-        (Some(Backend::Postgres), true) => Arc::new(PgStore::connect(url, pg).await?),
-        (Some(Backend::Postgres), false) => Arc::new(PgStore::open_existing(url, pg).await?),
+        (Some(Backend::Postgres), true) => Arc::new(PgStore::connect(url, postgres).await?),
+        (Some(Backend::Postgres), false) => Arc::new(PgStore::open_existing(url, postgres).await?),
         (None, _) => return Err(unsupported_url(url)),
     };
     Ok(store)
@@ -86,7 +119,22 @@ impl std::fmt::Debug for Idem {
 impl Idem {
     /// Connects to `url` and applies pending migrations.
     pub async fn connect(url: &str) -> Result<Idem, IdemError> {
-        let store = connect_store(url).await?;
+        Idem::connect_with(url, ConnectOptions::default()).await
+    }
+
+    /// [`Idem::connect`] with the store's settings, such as the PostgreSQL pool size:
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), idem::IdemError> {
+    /// use idem::{ConnectOptions, Idem, PgOptions};
+    ///
+    /// let postgres = PgOptions { max_connections: 40, ..PgOptions::default() };
+    /// let options = ConnectOptions { postgres, ..ConnectOptions::default() };
+    /// let idem = Idem::connect_with("postgres://app@db/app", options).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<Idem, IdemError> {
+        let store = connect_store_with(url, options).await?;
         store.migrate().await?;
         Ok(Idem::from_store(store))
     }
@@ -109,7 +157,12 @@ impl Idem {
     /// # }
     /// ```
     pub async fn open(url: &str) -> Result<Idem, IdemError> {
-        let store = open_store(url).await?;
+        Idem::open_with(url, ConnectOptions::default()).await
+    }
+
+    /// [`Idem::open`] with the store's settings (see [`Idem::connect_with`]).
+    pub async fn open_with(url: &str, options: ConnectOptions) -> Result<Idem, IdemError> {
+        let store = open_store_with(url, options).await?;
         store.schema_status().await?.require_current()?;
         Ok(Idem::from_store(store))
     }
@@ -291,11 +344,13 @@ impl Idem {
     }
 
     /// A worker over this client's store and clock. Refused when the configuration is
-    /// invalid or when this client's retention windows do not cover the worker's retry
-    /// horizon (the error names both durations).
+    /// invalid, when this client's retention windows do not cover the worker's retry
+    /// horizon (the error names both durations), or when the store's pool cannot serve
+    /// the worker's own duties and one job ([`WorkerConfig::check_connections`]).
     pub fn worker(&self, config: WorkerConfig) -> Result<Worker, IdemError> {
         config.validate()?;
         self.retention.check_covers(&config.horizon())?;
+        config.check_connections(self.store.connections())?;
         Worker::new(self.clone(), config)
     }
 }

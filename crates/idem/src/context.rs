@@ -59,15 +59,23 @@ pub struct JobContext {
     job: JobRow,
     idem: Idem,
     lease_lost: Arc<LeaseSignal>,
+    /// The worker's lease: how long the effect transaction may sit idle (PostgreSQL).
+    lease_length: std::time::Duration,
     pub(crate) completed: bool,
 }
 
 impl JobContext {
-    pub(crate) fn new(job: JobRow, idem: Idem, lease_lost: Arc<LeaseSignal>) -> Self {
+    pub(crate) fn new(
+        job: JobRow,
+        idem: Idem,
+        lease_lost: Arc<LeaseSignal>,
+        lease_length: std::time::Duration,
+    ) -> Self {
         JobContext {
             job,
             idem,
             lease_lost,
+            lease_length,
             completed: false,
         }
     }
@@ -101,13 +109,17 @@ impl JobContext {
 
     /// Opens the fenced effect transaction: the fence check runs first and locks the
     /// job's row; a stale claim gets an error for which
-    /// [`IdemError::is_lease_lost`] is true, and nothing can be written.
+    /// [`IdemError::is_lease_lost`] is true, and nothing can be written. On PostgreSQL
+    /// the transaction may sit idle between statements for at most the worker's lease:
+    /// a stalled holder (a paused process) then loses its session, which rolls the
+    /// transaction back and releases the job for the rescuer.
     pub async fn begin(&mut self) -> Result<EffectTx<'_>, IdemError> {
         let mut tx = self.idem.store.begin().await?;
-        tx.job_lock(JobLock {
+        let lock = JobLock {
             lease: self.lease(),
-        })
-        .await?;
+            idle_timeout_ms: Some(crate::client::millis(self.lease_length)),
+        };
+        tx.job_lock(lock).await?;
         Ok(EffectTx {
             tx,
             cx: self,

@@ -58,7 +58,9 @@ mod transition;
 mod wake;
 mod worker;
 
-pub use client::{Idem, Tx, connect_store, open_store};
+pub use client::{
+    ConnectOptions, Idem, Tx, connect_store, connect_store_with, open_store, open_store_with,
+};
 pub use clock::{Clock, DatabaseClock, ManualClock};
 pub use config::{
     DEFAULT_RETENTION, HORIZON_MARGIN, Horizon, Retention, WindowCheck, retry_horizon,
@@ -67,6 +69,8 @@ pub use context::{EffectTx, JobContext};
 pub use effect::EffectKey;
 pub use error::{IdemError, JobError, JobErrorKind};
 pub use handler::{EffectClass, Handler};
+pub use idem_postgres::PgOptions;
+pub use idem_sqlite::{Durability, SqliteOptions};
 pub use idem_store::migration::{SchemaMigration, SchemaStatus};
 pub use idem_store::{
     AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, Enqueued,
@@ -77,4 +81,4 @@ pub use job::Job;
 pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter};
 pub use metrics::MetricsSnapshot;
 pub use transition::{Guard, Transition};
-pub use worker::{Worker, WorkerConfig, WorkerHandle, WorkerReport};
+pub use worker::{WORKER_CONNECTIONS, Worker, WorkerConfig, WorkerHandle, WorkerReport};

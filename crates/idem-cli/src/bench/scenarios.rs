@@ -236,6 +236,7 @@ fn claim(queue: &str, limit: usize) -> JobClaim {
         limit: u32::try_from(limit).unwrap_or(u32::MAX),
         lease_ms: LEASE_MS,
         worker: "bench-ceiling".to_owned(),
+        kinds: None,
         now: None,
     }
 }
@@ -258,7 +259,7 @@ async fn fenced(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
         for job in jobs {
             let lease = job.lease_token();
             let mut tx = store.begin().await?;
-            tx.job_lock(JobLock { lease }).await?;
+            tx.job_lock(JobLock::of(lease)).await?;
             tx.execute(EFFECT_INSERT, &[lease.job_id.into(), lease.fence.into()])
                 .await?;
             tx.job_complete(JobComplete { lease, now: None }).await?;

@@ -1,14 +1,20 @@
 -- Claims up to $2 claimable jobs of queue $1 in claim order, in one statement: running,
 -- attempt + 1, fence + 1, leased to worker $3 for $4 ms from now ($5 timestamptz, NULL =
--- database clock).
+-- database clock). Only jobs of the kinds in $6 (text[]; NULL = any kind): a worker
+-- claims only what it has handlers for, so a job of a kind no worker knows waits and
+-- spends no attempt.
 -- PostgreSQL dialect: claims run concurrently, so the candidates are locked with
--- FOR UPDATE SKIP LOCKED (a row another claim is taking is skipped, never waited for);
--- SQLite serialises claims on its single writer instead.
+-- FOR UPDATE SKIP LOCKED (a row another claim is taking is skipped, never waited for;
+-- a row locked here was re-checked against the subquery's WHERE on its latest
+-- version); SQLite serialises claims on its single writer instead. The state predicate
+-- stands on the outer UPDATE as well, by the rule that the predicates deciding a write
+-- stand on the outer statement.
 WITH picked AS (
     SELECT id FROM idem_job
     WHERE queue = $1
       AND state IN ('available', 'scheduled', 'retryable')
       AND run_at <= coalesce($5::timestamptz, now())
+      AND ($6::text[] IS NULL OR kind = ANY($6::text[]))
     ORDER BY priority, run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -22,4 +28,5 @@ SET state = 'running',
     lease_expires_at = coalesce($5::timestamptz, now()) + $4::bigint * interval '1 millisecond'
 FROM picked
 WHERE idem_job.id = picked.id
+  AND idem_job.state IN ('available', 'scheduled', 'retryable')
 RETURNING idem_job.*

@@ -4,18 +4,29 @@
 -- Returns the ids completed: a lease missing from the result was no longer current and
 -- nothing was written for it.
 -- PostgreSQL dialect: the leases arrive as two arrays in the binary protocol, unpacked
--- with unnest and joined with UPDATE ... FROM (SQLite: a JSON array and json_each), and the attempt rows are written by a data-modifying CTE of the same
--- statement, so the whole batch is one round trip (SQLite, which has no data-modifying
--- CTEs, runs job_attempt/insert_completed.sql after this statement in its transaction).
-WITH done AS (
+-- with unnest (SQLite: a JSON array and json_each), and the attempt rows are written by a
+-- data-modifying CTE of the same statement, so the whole batch is one round trip
+-- (SQLite, which has no data-modifying CTEs, runs job_attempt/insert_completed.sql after
+-- this statement in its transaction). The rows are locked first, in id order, as
+-- job/heartbeat.sql does, so the two cannot deadlock on the rows they share; the
+-- predicates that decide the write stand on the outer UPDATE too.
+WITH locked AS (
+    SELECT idem_job.id, l.fence
+    FROM idem_job
+    JOIN unnest($1::bigint[], $2::bigint[]) AS l(job_id, fence)
+      ON idem_job.id = l.job_id AND idem_job.fence = l.fence
+    WHERE idem_job.state = 'running'
+    ORDER BY idem_job.id
+    FOR NO KEY UPDATE OF idem_job
+), done AS (
     UPDATE idem_job
     SET state = 'completed',
         finalized_at = coalesce($3::timestamptz, now()),
         lease_expires_at = NULL
-    FROM unnest($1::bigint[], $2::bigint[]) AS l(job_id, fence)
-    WHERE idem_job.state = 'running'
-      AND idem_job.id = l.job_id
-      AND idem_job.fence = l.fence
+    FROM locked
+    WHERE idem_job.id = locked.id
+      AND idem_job.fence = locked.fence
+      AND idem_job.state = 'running'
     RETURNING idem_job.id, idem_job.attempt, idem_job.fence, idem_job.attempted_at,
               idem_job.finalized_at
 ), recorded AS (

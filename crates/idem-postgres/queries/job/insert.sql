@@ -4,7 +4,10 @@
 -- jsonb[], priority int2[], run_at timestamptz[] (NULL = now), max_attempts int4[], and
 -- for a job inserted claimed claim_worker text[] and lease_ms int8[] (NULL otherwise);
 -- $9: now as timestamptz, or NULL for the database clock. A claimed job is running from
--- now: attempt 1, fence 1, leased to claim_worker until now + lease_ms.
+-- now: attempt 1, fence 1, leased to claim_worker until now + lease_ms, where now is
+-- this statement's clock (clock_timestamp(), not the transaction's start), so a lease
+-- does not run down while the transaction waits (idem_store::enqueue renews it once more
+-- just before the commit of an enqueue that took keys).
 -- PostgreSQL dialect: the batch arrives as arrays in the binary protocol (SQLite: one
 -- JSON text), unpacked with unnest WITH ORDINALITY and inserted in ordinality order, so
 -- identity ids follow the input order.
@@ -24,7 +27,7 @@ SELECT j.kind,
        CASE WHEN j.claim_worker IS NULL THEN 0 ELSE 1 END,
        j.claim_worker,
        CASE WHEN j.claim_worker IS NOT NULL THEN t.now END,
-       t.now + j.lease_ms * interval '1 millisecond'
+       coalesce($9::timestamptz, clock_timestamp()) + j.lease_ms * interval '1 millisecond'
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int2[], $5::timestamptz[],
             $6::int4[], $7::text[], $8::int8[])
          WITH ORDINALITY AS j(kind, queue, args, priority, run_at, max_attempts,

@@ -5,6 +5,8 @@
 -- row an in-flight effect transaction holds (job/lock.sql) is skipped, not rescued under it;
 -- the next sweep sees it again if its lease is still expired. Each rescued job's lost
 -- attempt (`lease_expired`) is recorded by a data-modifying CTE of the same statement.
+-- The state and expiry predicates stand on the outer UPDATE as well (the rule that the
+-- predicates deciding a write stand on the outer statement).
 WITH picked AS (
     SELECT id FROM idem_job
     WHERE state = 'running'
@@ -26,6 +28,8 @@ done AS (
         lease_expires_at = NULL
     FROM picked
     WHERE idem_job.id = picked.id
+      AND idem_job.state = 'running'
+      AND idem_job.lease_expires_at < coalesce($3::timestamptz, now())
     RETURNING idem_job.*
 ), recorded AS (
     INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, error, started_at,

@@ -102,6 +102,7 @@ where
         .bind(p.worker)
         .bind(p.lease_ms)
         .bind(p.now)
+        .bind(p.kinds)
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
@@ -133,7 +134,8 @@ where
 {
     let q = sqlx::query(include_str!("../../queries/job/lock.sql"))
         .bind(p.lease.job_id)
-        .bind(p.lease.fence);
+        .bind(p.lease.fence)
+        .bind(p.idle_timeout_ms);
     guarded(ex, q, p.lease, row::job).await
 }
 

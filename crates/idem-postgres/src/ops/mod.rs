@@ -70,7 +70,7 @@ async fn holder<T>(
 /// claim is current (the holder vanished; the caller inserts again), `LeaseLost` when the
 /// insert's fence guard is what refused it.
 async fn still_current(c: &mut PgConnection, lease: LeaseToken) -> StoreResult<()> {
-    job::lock(&mut *c, JobLock { lease }).await.map(|_| ())
+    job::lock(&mut *c, JobLock::of(lease)).await.map(|_| ())
 }
 
 /// The error when a key's holder vanished on every one of [`INSERT_TRIES`] tries.

@@ -1,6 +1,10 @@
 -- Claims up to ?2 claimable jobs of queue ?1 in claim order, in one statement: running,
--- attempt + 1, fence + 1, leased to worker ?3 for ?4 ms from now (?5 ms, NULL = database clock).
--- SQLite dialect: the single writer (BEGIN IMMEDIATE) serialises claims, so no SKIP LOCKED.
+-- attempt + 1, fence + 1, leased to worker ?3 for ?4 ms from now (?5 ms, NULL = database
+-- clock). Only jobs of the kinds in ?6 (JSON array; NULL = any kind): a worker claims
+-- only what it has handlers for, so a job of a kind no worker knows waits and spends no
+-- attempt.
+-- SQLite dialect: the single writer (BEGIN IMMEDIATE) serialises claims, so no SKIP LOCKED;
+-- the outer state predicate mirrors PostgreSQL's.
 UPDATE idem_job
 SET state = 'running',
     attempt = attempt + 1,
@@ -13,7 +17,9 @@ WHERE id IN (
     WHERE queue = ?1
       AND state IN ('available', 'scheduled', 'retryable')
       AND run_at <= coalesce(?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
+      AND (?6 IS NULL OR kind IN (SELECT value FROM json_each(?6)))
     ORDER BY priority, run_at, id
     LIMIT ?2
 )
+  AND state IN ('available', 'scheduled', 'retryable')
 RETURNING *

@@ -1,6 +1,7 @@
 -- Moves up to ?1 running jobs whose lease expired before now (?3 ms, NULL = database clock)
 -- to retryable at now + ?2 ms, or to dead when no attempts are left (the job's
--- max_attempts, or the cap ?4 when lower; NULL = no cap).
+-- max_attempts, or the cap ?4 when lower; NULL = no cap). The outer predicates mirror
+-- PostgreSQL's (the single writer already serialises the rescue here).
 UPDATE idem_job
 SET state = CASE WHEN attempt >= min(max_attempts, coalesce(?4, max_attempts)) THEN 'dead' ELSE 'retryable' END,
     run_at = CASE WHEN attempt >= min(max_attempts, coalesce(?4, max_attempts)) THEN run_at
@@ -17,4 +18,6 @@ WHERE id IN (
     ORDER BY lease_expires_at
     LIMIT ?1
 )
+  AND state = 'running'
+  AND lease_expires_at < coalesce(?3, CAST(unixepoch('subsec') * 1000 AS INTEGER))
 RETURNING *

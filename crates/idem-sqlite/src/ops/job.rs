@@ -82,7 +82,15 @@ pub(crate) fn insert(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
 pub(crate) fn claim(c: &Connection, p: &JobClaim) -> StoreResult<Vec<JobRow>> {
     let sql = include_str!("../../queries/job/claim.sql");
     let now = p.now.map(ts_to_ms);
-    let args = params![p.queue, i64::from(p.limit), p.worker, p.lease_ms, now];
+    let kinds = p.kinds.as_ref().map(json_list).transpose()?;
+    let args = params![
+        p.queue,
+        i64::from(p.limit),
+        p.worker,
+        p.lease_ms,
+        now,
+        kinds
+    ];
     Ok(sorted(rows(c, sql, args, row::job)?))
 }
 

@@ -25,11 +25,9 @@ pub async fn effect_claim_commits_with_its_transaction(db: &TestDb) {
     let first = running(db, job_in("e1", "thumb"), t0()).await;
     for _ in 0..2 {
         let mut tx = db.store.begin().await.expect("begin");
-        tx.job_lock(JobLock {
-            lease: first.lease_token(),
-        })
-        .await
-        .expect("lock");
+        tx.job_lock(JobLock::of(first.lease_token()))
+            .await
+            .expect("lock");
         let got = tx.effect_claim(claim_of("thumbnail:7:640", &first)).await;
         assert_eq!(got.expect("claim"), EffectClaimed::New);
         tx.rollback().await.expect("rollback");
@@ -128,7 +126,7 @@ pub async fn effect_claim_survives_its_holder_purged_meanwhile(db: &TestDb) {
     let lease = current.lease_token();
     let claim = spawn_started(async move {
         let mut tx = store.begin().await?;
-        tx.job_lock(JobLock { lease }).await?;
+        tx.job_lock(JobLock::of(lease)).await?;
         let claimed = tx
             .effect_claim(claim_of("thumbnail:9:64", &current))
             .await?;

@@ -288,6 +288,57 @@ pub async fn enqueue_key_racing_producer_takes_a_rolled_back_key(db: &TestDb) {
     assert_eq!(ids(&all_jobs(db).await), vec![second.job.id]);
 }
 
+/// A job inserted claimed (local dispatch) whose enqueue waited for another producer's
+/// hold on its key gets a lease that runs from after the wait, not from the start of its
+/// transaction: on the database clock, its lease ends at least `lease_ms` after a moment
+/// the test observed while the enqueue was still waiting.
+pub async fn enqueue_claimed_lease_runs_from_after_the_wait(db: &TestDb) {
+    let mut tx = db.store.begin().await.expect("begin");
+    let params = JobInsert {
+        now: None,
+        ..enqueue_params(vec![keyed(QUEUE, "a", "lease")], t0())
+    };
+    tx.job_insert(params).await.expect("insert in tx");
+    let lease_ms = 30_000;
+    let claimed = NewJob {
+        claim: Some(idem_store::InsertClaim {
+            worker: "local".into(),
+            lease_ms,
+        }),
+        ..keyed(QUEUE, "b", "lease")
+    };
+    let params = JobInsert {
+        now: None,
+        ..enqueue_params(vec![claimed], t0())
+    };
+    let store = db.store.clone();
+    let racer = spawn_started(async move { store.job_insert(params).await }).await;
+    assert_waits_for(db, &mut tx, &racer).await;
+    let observed = db
+        .store
+        .now()
+        .await
+        .expect("the database clock while it waits");
+    tx.rollback().await.expect("rollback");
+    let second = within(30, "the waiting enqueue", racer)
+        .await
+        .expect("racer task")
+        .expect("job_insert")
+        .remove(0);
+    assert_eq!(second.job.state, JobState::Running, "{second:?}");
+    let stored = get(db, second.job.id).await;
+    let expires = stored.lease_expires_at.expect("a lease");
+    assert!(
+        expires >= observed + chrono::Duration::milliseconds(lease_ms),
+        "lease ends {expires}, less than {lease_ms} ms after {observed}, seen while waiting"
+    );
+    assert_eq!(
+        second.job.lease_expires_at,
+        Some(expires),
+        "the row returned says so"
+    );
+}
+
 /// Two producers inserting the same key at the same time, each in its own transaction:
 /// one job; both got its id, and exactly one of them inserted it.
 pub async fn enqueue_key_two_producers_at_once_get_one_job(db: &TestDb) {

@@ -299,3 +299,29 @@ async fn claim_until_empty(store: Arc<dyn Store>, start: Arc<Barrier>, n: usize)
         mine.extend(ids(&rows));
     }
 }
+
+/// A claim that names kinds takes only jobs of those kinds, in claim order, and leaves
+/// the others waiting as they were (no attempt spent); naming no kind at all takes
+/// nothing, and `None` takes any kind.
+pub async fn claim_takes_only_the_kinds_asked_for(db: &TestDb) {
+    let rows = insert(db, vec![job("known"), job("unknown"), job("known")], t0()).await;
+    let params = |kinds: Option<Vec<&str>>| JobClaim {
+        kinds: kinds.map(|k| k.into_iter().map(str::to_owned).collect()),
+        ..claim_params(QUEUE, 10, at(1))
+    };
+    let none = db
+        .store
+        .job_claim(params(Some(vec![])))
+        .await
+        .expect("claim");
+    assert!(none.is_empty(), "no kind named, nothing taken: {none:?}");
+    let known = db
+        .store
+        .job_claim(params(Some(vec!["known", "other"])))
+        .await;
+    assert_eq!(ids(&known.expect("claim")), vec![rows[0].id, rows[2].id]);
+    let waiting = get(db, rows[1].id).await;
+    assert_eq!(waiting, rows[1], "the unknown kind waits untouched");
+    let any = db.store.job_claim(params(None)).await.expect("claim");
+    assert_eq!(ids(&any), vec![rows[1].id]);
+}

@@ -14,13 +14,14 @@
 use std::sync::Arc;
 
 use idem_store::{
-    AttemptOutcome, Backend, JobCancel, JobComplete, JobLock, JobRescue, JobState, LeaseRenewal,
-    LeaseToken, Store, StoreError,
+    AttemptOutcome, Backend, JobCancel, JobComplete, JobCompleteMany, JobHeartbeat, JobLock,
+    JobRescue, JobState, LeaseRenewal, LeaseToken, Store, StoreError,
 };
 
 use crate::fixture::{
     LEASE_MS, QUEUE, assert_lease_lost, assert_waits_for, at, claim, complete, fail, get,
-    heartbeat, ids, insert, job, job_in, outcomes, reclaimed, running, spawn_started, t0,
+    heartbeat, ids, insert, job, job_in, outcomes, pg_wait_until_waiting, reclaimed, running,
+    spawn_started, t0,
 };
 use crate::harness::within;
 use crate::{TestDb, open_store};
@@ -112,9 +113,7 @@ pub async fn lock_returns_the_current_claim(db: &TestDb) {
     let row = running(db, job("effect"), t0()).await;
     let mut tx = db.store.begin().await.expect("begin");
     let locked = tx
-        .job_lock(JobLock {
-            lease: row.lease_token(),
-        })
+        .job_lock(JobLock::of(row.lease_token()))
         .await
         .expect("job_lock");
     assert_eq!(locked, row);
@@ -147,15 +146,13 @@ pub async fn lock_refuses_a_claim_not_current(db: &TestDb) {
     ];
     for lease in refused {
         let mut tx = db.store.begin().await.expect("begin");
-        assert_lease_lost(tx.job_lock(JobLock { lease }).await, lease);
+        assert_lease_lost(tx.job_lock(JobLock::of(lease)).await, lease);
         tx.rollback().await.expect("rollback");
     }
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(JobLock {
-        lease: current.lease_token(),
-    })
-    .await
-    .expect("current claim locks");
+    tx.job_lock(JobLock::of(current.lease_token()))
+        .await
+        .expect("current claim locks");
     tx.commit().await.expect("commit");
 }
 
@@ -179,11 +176,9 @@ pub async fn lock_holds_off_a_rescue_from_another_store(db: &TestDb) {
 async fn rescue_beside_a_lock(db: &TestDb, store: Arc<dyn Store>) {
     let row = running(db, job("effect"), t0()).await;
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(JobLock {
-        lease: row.lease_token(),
-    })
-    .await
-    .expect("job_lock");
+    tx.job_lock(JobLock::of(row.lease_token()))
+        .await
+        .expect("job_lock");
     let params = JobRescue {
         limit: 10,
         retry_in_ms: 0,
@@ -228,11 +223,9 @@ async fn rescue_beside_a_lock(db: &TestDb, store: Arc<dyn Store>) {
 pub async fn lock_holds_off_a_concurrent_cancel(db: &TestDb) {
     let row = running(db, job("effect"), t0()).await;
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(JobLock {
-        lease: row.lease_token(),
-    })
-    .await
-    .expect("job_lock");
+    tx.job_lock(JobLock::of(row.lease_token()))
+        .await
+        .expect("job_lock");
     let store = db.store.clone();
     let params = JobCancel {
         job_id: row.id,
@@ -280,7 +273,7 @@ pub async fn lock_sees_a_concurrent_rescue(db: &TestDb) {
     let lease = row.lease_token();
     let lock = spawn_started(async move {
         let mut tx = store.begin().await?;
-        let locked = tx.job_lock(JobLock { lease }).await;
+        let locked = tx.job_lock(JobLock::of(lease)).await;
         tx.rollback().await?;
         locked
     })
@@ -302,4 +295,107 @@ async fn rescue(db: &TestDb, now: idem_store::Timestamp) -> Vec<idem_store::JobR
         now: Some(now),
     };
     db.store.job_rescue(params).await.expect("job_rescue")
+}
+
+/// PostgreSQL: a worker's heartbeat and its batched completion lock the rows they share
+/// in one order (by id), whatever order their leases come in, so they cannot deadlock.
+/// Two transactions hold the two rows; the heartbeat (leases a, b) waits, then the
+/// completion (leases b, a) waits; the holder of b commits, then the holder of a. Locked
+/// in the order given, the heartbeat would hold a and wait for b while the completion
+/// held b and waited for a: a deadlock, one of them aborted.
+pub async fn heartbeat_and_complete_many_lock_in_one_order(db: &TestDb) {
+    insert(db, vec![job("a"), job("b")], t0()).await;
+    // Enough other running jobs, with statistics, that the planner reaches each row by
+    // its key in the order the leases come (as on a busy table), not by a scan of the
+    // few running rows in their physical order.
+    let others = (0..5_000).map(|_| job_in("others", "filler")).collect();
+    insert(db, others, t0()).await;
+    claim(db, "others", 5_000, t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.execute("ANALYZE idem_job", &[]).await.expect("analyze");
+    tx.commit().await.expect("commit");
+    let claimed = claim(db, QUEUE, 2, t0()).await;
+    let [a, b] = [claimed[0].lease_token(), claimed[1].lease_token()];
+    let lock = "SELECT id FROM idem_job WHERE id = $1 FOR NO KEY UPDATE";
+    let mut hold_a = db.store.begin().await.expect("begin");
+    hold_a
+        .query(lock, &[a.job_id.into()])
+        .await
+        .expect("lock a");
+    let mut hold_b = db.store.begin().await.expect("begin");
+    hold_b
+        .query(lock, &[b.job_id.into()])
+        .await
+        .expect("lock b");
+    let (beat_pid, beat) = in_own_tx(db, move |mut tx| async move {
+        let params = JobHeartbeat {
+            leases: vec![a, b],
+            lease_ms: LEASE_MS,
+            now: Some(at(1_000)),
+        };
+        let renewed = tx.job_heartbeat(params).await?;
+        tx.commit().await.map(|()| renewed.len())
+    })
+    .await;
+    within(
+        30,
+        "the heartbeat waits",
+        pg_wait_until_waiting(db, beat_pid),
+    )
+    .await;
+    let (done_pid, done) = in_own_tx(db, move |mut tx| async move {
+        let params = JobCompleteMany {
+            leases: vec![b, a],
+            now: Some(at(2_000)),
+        };
+        let completed = tx.job_complete_many(params).await?;
+        tx.commit().await.map(|()| completed.len())
+    })
+    .await;
+    within(
+        30,
+        "the completion waits",
+        pg_wait_until_waiting(db, done_pid),
+    )
+    .await;
+    hold_b.commit().await.expect("release b");
+    within(
+        30,
+        "the completion waits for a",
+        pg_wait_until_waiting(db, done_pid),
+    )
+    .await;
+    hold_a.commit().await.expect("release a");
+    let beat = within(30, "the heartbeat", beat)
+        .await
+        .expect("heartbeat task");
+    let done = within(30, "the completion", done)
+        .await
+        .expect("completion task");
+    assert!(
+        beat.is_ok(),
+        "the heartbeat was a deadlock victim: {beat:?}"
+    );
+    assert_eq!(done.expect("the completion was a deadlock victim"), 2);
+}
+
+/// Runs `op` on a transaction of its own in a task; returns its server pid once the
+/// task has it, and the task.
+async fn in_own_tx<F, Fut>(
+    db: &TestDb,
+    op: F,
+) -> (i64, tokio::task::JoinHandle<idem_store::StoreResult<usize>>)
+where
+    F: FnOnce(Box<dyn idem_store::StoreTx>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = idem_store::StoreResult<usize>> + Send,
+{
+    let store = db.store.clone();
+    let (pid_tx, pid_rx) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut tx = store.begin().await?;
+        let pid = tx.query("SELECT pg_backend_pid()", &[]).await?;
+        let _ = pid_tx.send(pid[0][0].as_i64().unwrap_or_default());
+        op(tx).await
+    });
+    (pid_rx.await.expect("the task reports its pid"), task)
 }

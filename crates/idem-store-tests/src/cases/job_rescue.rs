@@ -137,7 +137,7 @@ pub async fn rescue_fences_out_the_old_claim(db: &TestDb) {
             .is_empty()
     );
     let mut tx = db.store.begin().await.expect("begin");
-    assert_lease_lost(tx.job_lock(idem_store::JobLock { lease }).await, lease);
+    assert_lease_lost(tx.job_lock(idem_store::JobLock::of(lease)).await, lease);
     tx.rollback().await.expect("rollback");
     let next = claim(db, "default", 1, at(60_000)).await.remove(0);
     assert_eq!((next.id, next.attempt, next.fence), (old.id, 2, 2));

@@ -150,7 +150,7 @@ pub async fn ledger_post_survives_its_entry_deleted_meanwhile(db: &TestDb) {
     let again = post(&current, "d1", "dave", 7);
     let posting = spawn_started(async move {
         let mut tx = store.begin().await?;
-        tx.job_lock(JobLock { lease }).await?;
+        tx.job_lock(JobLock::of(lease)).await?;
         let posted = tx.ledger_post(again).await?;
         tx.commit().await?;
         Ok::<_, idem_store::StoreError>(posted)

@@ -179,9 +179,7 @@ pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
         lease: row.lease_token(),
         now: Some(at(ms)),
     };
-    let lock = JobLock {
-        lease: row.lease_token(),
-    };
+    let lock = JobLock::of(row.lease_token());
     let mut tx = db.store.begin().await.expect("begin");
     tx.job_lock(lock).await.expect("lock");
     for (key, ms) in [

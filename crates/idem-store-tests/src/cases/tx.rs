@@ -265,11 +265,9 @@ pub async fn tx_effect_commits_with_the_completion(db: &TestDb) {
     let row = running(db, job("effect"), t0()).await;
     for commit in [false, true] {
         let mut tx = db.store.begin().await.expect("begin");
-        tx.job_lock(JobLock {
-            lease: row.lease_token(),
-        })
-        .await
-        .expect("fence check");
+        tx.job_lock(JobLock::of(row.lease_token()))
+            .await
+            .expect("fence check");
         tx.execute(INSERT_NOTE, &[SqlValue::Int(7), "effect".into()])
             .await
             .expect("effect");

@@ -98,6 +98,7 @@ async fn claim(shared: &Arc<Shared>, queue: &str, permits: Vec<OwnedSemaphorePer
         limit: u32::try_from(permits.len()).unwrap_or(u32::MAX),
         lease_ms: shared.lease_ms(),
         worker: shared.name.clone(),
+        kinds: Some(shared.kinds.clone()),
         now: shared.idem.clock.now(),
     };
     let jobs = match shared.idem.store.job_claim(params).await {

@@ -29,6 +29,11 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CLAIM_BATCH: usize = 100;
 /// Default time between purges.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
+/// Connections of a worker's own duties, beside its running jobs: the heartbeat, two
+/// completion flushes in flight, the rescuer, the purger, the listener (which holds its
+/// connection) and the announcer of enqueues. Claims use a pool of their own.
+pub const WORKER_CONNECTIONS: u32 = 7;
+
 /// Highest concurrency accepted per queue.
 pub const MAX_CONCURRENCY: usize = 10_000;
 
@@ -201,6 +206,40 @@ impl WorkerConfig {
             .get(kind)
             .or_else(|| self.queue_ladders.get(queue))
             .unwrap_or(&self.ladder)
+    }
+
+    /// Checks this worker against the store's pool of `pool` connections (`None`: a
+    /// store without a pool, SQLite). Refused when the pool cannot serve the worker's own
+    /// duties ([`WORKER_CONNECTIONS`]) and one job. Warned (logged) when it cannot serve
+    /// every running job at once holding a connection (an effect transaction each) as
+    /// well: jobs then wait for connections, and so may the heartbeat, which can cost
+    /// leases when effect transactions are long. The messages name the numbers and the
+    /// way out (a larger pool with `Idem::connect_with`, or less concurrency).
+    pub fn check_connections(&self, pool: Option<u32>) -> Result<(), IdemError> {
+        let Some(pool) = pool else { return Ok(()) };
+        let jobs: usize = self.queues.values().sum();
+        let jobs = u32::try_from(jobs).unwrap_or(u32::MAX);
+        let wanted = jobs.saturating_add(WORKER_CONNECTIONS);
+        if pool <= WORKER_CONNECTIONS {
+            return Err(IdemError::Config(format!(
+                "the PostgreSQL pool has {pool} connections; a worker needs \
+                 {WORKER_CONNECTIONS} for its heartbeat, completion flushes, rescuer, purger, \
+                 listener and announcer, and at least one for its jobs: raise \
+                 PgOptions::max_connections (Idem::connect_with) to {wanted} or more"
+            )));
+        }
+        if pool < wanted {
+            tracing::warn!(
+                pool,
+                wanted,
+                "the PostgreSQL pool has {pool} connections; this worker runs up to {jobs} jobs \
+                 at once and needs {WORKER_CONNECTIONS} more for its own duties: jobs that each \
+                 open an effect transaction will wait for connections, and so may the \
+                 heartbeat. Raise PgOptions::max_connections (Idem::connect_with) to {wanted} \
+                 or lower the queues' concurrency"
+            );
+        }
+        Ok(())
     }
 
     /// The worst-case time from a job's first attempt to its last under this

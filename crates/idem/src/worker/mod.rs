@@ -46,7 +46,7 @@ mod registry;
 mod report;
 mod shared;
 
-pub use config::WorkerConfig;
+pub use config::{WORKER_CONNECTIONS, WorkerConfig};
 pub use handle::WorkerHandle;
 pub(crate) use pipeline::write_retrying;
 pub use registry::Worker;

@@ -50,7 +50,8 @@ async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
     let Some(handler) = shared.handlers.get(&job.kind).cloned() else {
         return Err(JobError::retry(unknown_kind(shared, &job.kind)));
     };
-    let cx = JobContext::new(job.clone(), shared.idem.clone(), lost);
+    let lease = shared.config.lease;
+    let cx = JobContext::new(job.clone(), shared.idem.clone(), lost, lease);
     // The handler runs in this task: a panic is caught here, and the timeout and a
     // shutdown past its deadline stop it by dropping its future (which rolls back an
     // open effect transaction).

@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     pub(super) config: WorkerConfig,
     pub(super) name: String,
     pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    /// The kinds of `handlers`, sorted: the only kinds its claims take.
+    pub(super) kinds: Vec<String>,
     pub(super) held: Mutex<HashMap<i64, Held>>,
     pub(super) stats: Stats,
     running: AtomicUsize,
@@ -52,7 +54,10 @@ pub(crate) struct Shared {
 impl Shared {
     /// The state of `worker` about to start, completing through `completer`.
     pub(super) fn new(worker: Worker, completer: Completer) -> Arc<Shared> {
+        let mut kinds: Vec<String> = worker.handlers.keys().cloned().collect();
+        kinds.sort_unstable();
         Arc::new(Shared {
+            kinds,
             completer,
             abort: watch::channel(false).0,
             listening: watch::channel(false).0,

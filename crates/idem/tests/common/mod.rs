@@ -143,6 +143,18 @@ pub async fn write_effect(
     Ok(new)
 }
 
+/// Writes the effect row (if its key is new) and completes the job, in `tx`; returns
+/// whether the key was new.
+pub async fn write_and_complete(
+    mut tx: EffectTx<'_>,
+    lease: LeaseToken,
+    worker: &str,
+) -> Result<bool, IdemError> {
+    let new = write_effect(&mut tx, lease, worker).await?;
+    tx.complete().await?;
+    Ok(new)
+}
+
 /// Writes the effect (if its key is new) and completes the job in one fenced
 /// transaction, then reports the fence it committed under and whether the key was new.
 pub struct WriteEffect {
@@ -157,9 +169,8 @@ impl Handler for WriteEffect {
 
     async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
         let lease = cx.lease();
-        let mut tx = cx.begin().await?;
-        let new = write_effect(&mut tx, lease, self.worker).await?;
-        tx.complete().await?;
+        let tx = cx.begin().await?;
+        let new = write_and_complete(tx, lease, self.worker).await?;
         self.done.fire((lease.fence, new)).await;
         Ok(())
     }

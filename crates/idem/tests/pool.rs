@@ -1,0 +1,62 @@
+//! The store's settings reach `Idem` (`Idem::connect_with`, `ConnectOptions`), and a
+//! worker is checked against the PostgreSQL pool it will draw on: refused when the pool
+//! cannot serve its own duties (heartbeat, completion flushes, rescuer, purger, listener,
+//! announcer) and one job, with the numbers and the way out. SQLite has no pool: any
+//! concurrency is accepted there.
+
+mod common;
+
+use common::*;
+use idem::{ConnectOptions, Idem, PgOptions, WORKER_CONNECTIONS};
+use idem_store_tests::TestDb;
+
+/// A client on the test database (its schema is in the URL) with a pool of `size`.
+async fn with_pool(db: &TestDb, size: u32) -> Idem {
+    let postgres = PgOptions {
+        max_connections: size,
+        ..PgOptions::default()
+    };
+    let options = ConnectOptions {
+        postgres,
+        ..ConnectOptions::default()
+    };
+    Idem::connect_with(&db.url, options).await.expect("connect")
+}
+
+async fn the_pool_size_reaches_the_store_and_bounds_workers(db: &TestDb) {
+    let small = with_pool(db, WORKER_CONNECTIONS).await;
+    assert_eq!(small.store().connections(), Some(WORKER_CONNECTIONS));
+    let err = small.worker(config("q", 1)).err().expect("refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("pool has {WORKER_CONNECTIONS} connections"))
+            && msg.contains("max_connections")
+            && msg.contains(&(WORKER_CONNECTIONS + 1).to_string()),
+        "{msg}"
+    );
+    small.store().close().await;
+    let enough = with_pool(db, WORKER_CONNECTIONS + 1).await;
+    assert_eq!(enough.store().connections(), Some(WORKER_CONNECTIONS + 1));
+    assert!(enough.worker(config("q", 1)).is_ok());
+    enough.store().close().await;
+}
+
+async fn a_store_without_a_pool_takes_any_concurrency(db: &TestDb) {
+    let idem = client(db, None);
+    assert_eq!(idem.store().connections(), None);
+    assert!(
+        idem.worker(config("q", 10_000)).is_ok(),
+        "the highest concurrency a queue takes"
+    );
+}
+
+idem_store_tests::postgres_cases!(the_pool_size_reaches_the_store_and_bounds_workers);
+
+mod sqlite_only {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_without_a_pool_takes_any_concurrency() {
+        let db = idem_store_tests::TestDb::sqlite().await;
+        super::a_store_without_a_pool_takes_any_concurrency(&db).await;
+        db.cleanup().await;
+    }
+}
