@@ -24,8 +24,19 @@ pub enum DeadCommand {
         /// Job id
         id: i64,
     },
-    /// Put dead jobs back to available with a fresh ladder (their history is kept)
-    Retry(Selection),
+    /// Put dead jobs back to available with a fresh ladder (their history is kept).
+    /// Refused, retrying none, when a job's first attempt is too old for its effect keys
+    /// to outlive a new retry horizon (see `idem config check`)
+    Retry {
+        #[command(flatten)]
+        selection: Selection,
+        /// Retry even jobs whose first attempt is older than the effect-key retention
+        /// minus the retry horizon and margin. Risk: their effect keys may be purged
+        /// before the retry ends, so effects their earlier attempts made can happen
+        /// again
+        #[arg(long)]
+        force: bool,
+    },
     /// Delete dead jobs with their history and enqueue keys
     Discard {
         #[command(flatten)]
@@ -82,10 +93,18 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
                 eprintln!("note: job {id} is {}, not dead", job.state);
             }
         }
-        DeadCommand::Retry(sel) => {
+        DeadCommand::Retry {
+            selection: sel,
+            force,
+        } => {
             let ids = sel.ids(&idem).await?;
             let asked = ids.len();
-            let retried = idem.retry_jobs(ids).await?.len();
+            let retried = if force {
+                idem.retry_jobs_forced(ids).await?
+            } else {
+                idem.retry_jobs(ids).await?
+            };
+            let retried = retried.len();
             println!("retried {retried} of {asked} job(s); the rest were not dead or cancelled");
         }
         DeadCommand::Discard {

@@ -61,7 +61,8 @@ mod worker;
 pub use client::{ConnectOptions, Idem, Tx, connect_store, connect_store_with};
 pub use clock::{Clock, DatabaseClock, ManualClock};
 pub use config::{
-    DEFAULT_RETENTION, HORIZON_MARGIN, Horizon, Retention, WindowCheck, retry_horizon,
+    DEFAULT_RETENTION, HORIZON_MARGIN, Horizon, HorizonParams, Retention, WindowCheck,
+    retry_horizon,
 };
 pub use context::{EffectTx, JobContext};
 pub use effect::EffectKey;
@@ -75,7 +76,7 @@ pub use idem_store::{
     QueueCount, SqlValue, Store, StoreError, StoreTx, Timestamp,
 };
 pub use job::Job;
-pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter};
+pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter, RetryRefused};
 pub use metrics::MetricsSnapshot;
 pub use transition::{Guard, Transition};
 pub use worker::{WORKER_CONNECTIONS, Worker, WorkerConfig, WorkerHandle, WorkerReport};
