@@ -10,6 +10,9 @@
 //! ladder = ["5s", "30s", "2m", "10m", "1h", "3h", "6h"]
 //! jitter = 0.1
 //! max_attempts = 8
+//! max_retry_after = "1h"      # a handler's retry_after is clamped to this
+//! max_snooze = "1h"           # a handler's snooze is clamped to this
+//! max_snoozes = 10            # snoozes a job may take; beyond them, a failed attempt
 //! [retry.queues.mail]          # a queue's own ladder; jitter defaults to [retry]'s
 //! ladder = ["1s", "10s"]
 //! [retry.kinds.receipt-mail]   # a job kind's own ladder
@@ -27,7 +30,8 @@
 //! ```
 //!
 //! Parsing only checks each value on its own; [`CliConfig::check`] applies the library's
-//! rules (ladders, retention windows, the retry horizon), as a worker does at start-up.
+//! rules (ladders, bounds on handler delays, retention windows, the retry horizon), as a
+//! worker does at start-up.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,7 +58,8 @@ pub const DEFAULT_CONFIG_FILE: &str = "idem.toml";
 pub struct CliConfig {
     /// The file read; `None` = built-in defaults.
     pub source: Option<PathBuf>,
-    /// `[retry]` and `[worker]`: ladders, attempts, lease, job timeout, rescue interval.
+    /// `[retry]` and `[worker]`: ladders, attempts, bounds on handler delays, lease, job
+    /// timeout, rescue interval.
     pub worker: WorkerConfig,
     /// Retention windows.
     pub retention: Retention,
@@ -77,6 +82,9 @@ struct RetryToml {
     ladder: Option<Vec<String>>,
     jitter: Option<f64>,
     max_attempts: Option<i32>,
+    max_retry_after: Option<String>,
+    max_snooze: Option<String>,
+    max_snoozes: Option<i32>,
     #[serde(default)]
     queues: BTreeMap<String, LadderToml>,
     #[serde(default)]
@@ -146,14 +154,21 @@ impl CliConfig {
                 })
                 .collect::<anyhow::Result<BTreeMap<_, _>>>()
         };
-        let w = &file.worker;
+        let (w, r) = (&file.worker, &file.retry);
         let d = &d.worker;
         let lease = duration("worker.lease", &w.lease, d.lease)?;
         let worker = WorkerConfig {
-            queue_ladders: ladders("queues", &file.retry.queues)?,
-            kind_ladders: ladders("kinds", &file.retry.kinds)?,
+            queue_ladders: ladders("queues", &r.queues)?,
+            kind_ladders: ladders("kinds", &r.kinds)?,
             ladder: default_ladder,
-            max_attempts: max_attempts(file.retry.max_attempts)?,
+            max_attempts: max_attempts(r.max_attempts)?,
+            max_retry_after: duration(
+                "retry.max_retry_after",
+                &r.max_retry_after,
+                d.max_retry_after,
+            )?,
+            max_snooze: duration("retry.max_snooze", &r.max_snooze, d.max_snooze)?,
+            max_snoozes: max_snoozes(r.max_snoozes, d.max_snoozes)?,
             job_timeout: duration("worker.job_timeout", &w.job_timeout, d.job_timeout)?,
             rescue_interval: duration(
                 "worker.rescue_interval",
@@ -229,6 +244,17 @@ fn max_attempts(value: Option<i32>) -> anyhow::Result<i32> {
     }
 }
 
+fn max_snoozes(value: Option<i32>, default: i32) -> anyhow::Result<i32> {
+    match value {
+        None => Ok(default),
+        Some(n) if n >= 0 => Ok(n),
+        Some(n) => bail!(
+            "retry.max_snoozes is {n}; it must be 0 or more (0: every snooze counts as a \
+             failed attempt)"
+        ),
+    }
+}
+
 fn retention(r: &RetentionToml) -> anyhow::Result<Retention> {
     let d = Retention::default();
     Ok(Retention {
@@ -262,8 +288,9 @@ fn parse_duration(key: &str, text: &str) -> anyhow::Result<Duration> {
 /// `idem config …`.
 #[derive(Subcommand)]
 pub enum ConfigCommand {
-    /// Print the retry ladders, the computed retry horizon and the retention windows,
-    /// and check that the windows cover the horizon
+    /// Print the retry ladders, every term of the computed retry horizon (ladders,
+    /// handler delays, snoozes, attempts) and the retention windows, and check that the
+    /// windows cover the horizon
     Check(CheckArgs),
 }
 
@@ -309,21 +336,29 @@ fn report(c: &CliConfig) -> String {
     out += &format!("config: {source}\n\n");
     out += &report_ladders(c);
     out += &report_worker(c);
-    out += &report_horizon(c, &c.horizon());
-    out += &report_retention(c, &c.horizon());
+    let h = c.horizon();
+    out += &report_horizon(c, &h);
+    out += &report_retention(c, &h);
+    out += &report_operator_retry(c, &h);
     out
 }
 
 fn report_ladders(c: &CliConfig) -> String {
-    let failures = c.worker.max_attempts - 1;
+    let w = &c.worker;
+    let failures = w.max_attempts - 1;
     let mut out = format!(
         "retry ladders (worst case: the delays after {failures} failed attempt(s), each at its \
-         jitter maximum)\n"
+         jitter maximum; with handler delays: each at least max_retry_after {})\n",
+        human(w.max_retry_after)
     );
     for (key, ladder) in c.named_ladders() {
-        let worst = human(ladder.worst_case_total(c.worker.max_attempts));
+        let worst = human(ladder.worst_case_total(w.max_attempts));
+        let with = human(ladder.worst_case_delays(w.max_attempts, w.max_retry_after));
         let name = key.strip_prefix("retry.").unwrap_or("default");
-        out += &format!("  {name:<24} {:<40} worst case {worst}\n", describe(ladder));
+        out += &format!(
+            "  {name:<24} {:<40} worst case {worst}, with handler delays {with}\n",
+            describe(ladder)
+        );
     }
     out
 }
@@ -339,34 +374,83 @@ fn describe(ladder: &RetryLadder) -> String {
 }
 
 fn report_worker(c: &CliConfig) -> String {
+    let w = &c.worker;
     format!(
-        "\nattempts and timing\n  max_attempts       {}\n  lease              {}\n  \
-         job timeout        {}\n  rescue interval    {}\n",
-        c.worker.max_attempts,
-        human(c.worker.lease),
-        human(c.worker.job_timeout),
-        human(c.worker.rescue_interval),
+        "\nattempts, timing and handler delays\n  max_attempts       {}\n  lease              \
+         {}\n  job timeout        {}\n  rescue interval    {}\n  max_retry_after    {}\n  \
+         max_snooze         {}\n  max_snoozes        {}\n",
+        w.max_attempts,
+        human(w.lease),
+        human(w.job_timeout),
+        human(w.rescue_interval),
+        human(w.max_retry_after),
+        human(w.max_snooze),
+        w.max_snoozes,
     )
 }
 
+/// Every term of the horizon, one line each: name, duration, where it comes from.
 fn report_horizon(c: &CliConfig, h: &Horizon) -> String {
-    let per = format!(
-        "{} × (job timeout {} + lease {} + rescue interval {})",
-        h.max_attempts,
-        human(c.worker.job_timeout),
-        human(c.worker.lease),
-        human(c.worker.rescue_interval)
+    let mut out = "\nretry horizon (every delay a job can take)\n".to_owned();
+    for (name, d, source) in horizon_terms(c, h) {
+        let line = format!("  {name:<18} {:<16} {source}", human(d));
+        out += line.trim_end();
+        out += "\n";
+    }
+    out
+}
+
+/// The terms of the horizon, its total, the margin and the window they require.
+fn horizon_terms(c: &CliConfig, h: &Horizon) -> [(&'static str, Duration, String); 7] {
+    let w = &c.worker;
+    let run = format!(
+        "job timeout {} + lease {} + rescue interval {}",
+        human(w.job_timeout),
+        human(w.lease),
+        human(w.rescue_interval)
     );
-    format!(
-        "\nretry horizon\n  ladder part        {:<16} the longest ladder's worst case\n  \
-         attempts part      {:<16} {per}\n  total              {}\n  margin             {}\n  \
-         required window    {:<16} total + margin, for enqueue and effect keys\n",
-        human(h.ladder),
-        human(h.attempts),
-        human(h.total),
-        human(HORIZON_MARGIN),
-        human(h.required_retention()),
-    )
+    let handler = format!(
+        "handlers' retry_after, up to max_retry_after {}, in place of shorter rungs",
+        human(w.max_retry_after)
+    );
+    let snooze = format!("max_snooze {}", human(w.max_snooze));
+    let window = "total + margin, for enqueue and effect keys".to_owned();
+    [
+        (
+            "ladder part",
+            h.ladder,
+            "the longest ladder's worst case".into(),
+        ),
+        ("handler delays", h.handler_delays, handler),
+        (
+            "snoozes part",
+            h.snoozes,
+            format!("{} × ({snooze} + {run})", h.max_snoozes),
+        ),
+        (
+            "attempts part",
+            h.attempts,
+            format!("{} × ({run})", h.max_attempts),
+        ),
+        ("total", h.total, String::new()),
+        ("margin", HORIZON_MARGIN, String::new()),
+        ("required window", h.required_retention(), window),
+    ]
+}
+
+/// How old a dead job's first attempt may be for `idem dead retry` without `--force`.
+fn report_operator_retry(c: &CliConfig, h: &Horizon) -> String {
+    let verdict = match h.retry_allowance(c.retention.effect_keys) {
+        Some(a) => format!(
+            "without --force if its first attempt started at most {} ago (effect-key \
+             retention − required window)",
+            human(a)
+        ),
+        None => "only with --force: the effect-key retention is shorter than the required \
+                 window"
+            .to_owned(),
+    };
+    format!("\noperator retry of a dead job\n  {verdict}\n")
 }
 
 fn report_retention(c: &CliConfig, h: &Horizon) -> String {
@@ -382,49 +466,60 @@ fn report_retention(c: &CliConfig, h: &Horizon) -> String {
     out
 }
 
-/// What `idem config check --json` prints: the same report, durations in seconds.
+/// What `idem config check --json` prints: the text report's sections, durations in
+/// seconds.
 fn report_json(c: &CliConfig) -> serde_json::Value {
-    let secs = |d: Duration| d.as_secs_f64();
     let h = c.horizon();
-    let ladders: Vec<_> = c
-        .named_ladders()
-        .into_iter()
-        .map(|(name, l)| {
-            let rungs: Vec<f64> = l.rungs.iter().map(|d| secs(*d)).collect();
-            serde_json::json!({ "name": name, "rungs_secs": rungs, "jitter": l.jitter })
-        })
-        .collect();
-    let retention: Vec<_> = c
-        .retention
-        .checks(&h)
-        .into_iter()
-        .map(|w| {
-            let (ok, verdict) = match w.verdict {
-                Ok(what) => (true, what.to_owned()),
-                Err(why) => (false, why),
-            };
-            serde_json::json!({ "setting": w.setting, "secs": secs(w.value), "ok": ok,
-                                "verdict": verdict })
-        })
-        .collect();
     let w = &c.worker;
     serde_json::json!({
         "source": c.source.as_ref().map(|p| p.display().to_string()),
         "ok": c.check().is_ok(),
-        "ladders": ladders,
+        "ladders": ladders_json(c),
         "max_attempts": w.max_attempts,
         "lease_secs": secs(w.lease),
         "job_timeout_secs": secs(w.job_timeout),
         "rescue_interval_secs": secs(w.rescue_interval),
-        "horizon": {
-            "ladder_secs": secs(h.ladder),
-            "attempts_secs": secs(h.attempts),
-            "total_secs": secs(h.total),
-            "margin_secs": secs(HORIZON_MARGIN),
-            "required_window_secs": secs(h.required_retention()),
-        },
-        "retention": retention,
+        "max_retry_after_secs": secs(w.max_retry_after),
+        "max_snooze_secs": secs(w.max_snooze),
+        "max_snoozes": w.max_snoozes,
+        "horizon": horizon_json(c, &h),
+        "retention": retention_json(c, &h),
+        "operator_retry_allowance_secs": h.retry_allowance(c.retention.effect_keys).map(secs),
     })
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn ladders_json(c: &CliConfig) -> Vec<serde_json::Value> {
+    let ladder = |(name, l): (String, &RetryLadder)| {
+        let rungs: Vec<f64> = l.rungs.iter().map(|d| secs(*d)).collect();
+        serde_json::json!({ "name": name, "rungs_secs": rungs, "jitter": l.jitter })
+    };
+    c.named_ladders().into_iter().map(ladder).collect()
+}
+
+/// The horizon's terms as the text report names them (`ladder part`, …, `required
+/// window`), keyed by name.
+fn horizon_json(c: &CliConfig, h: &Horizon) -> serde_json::Value {
+    let terms = horizon_terms(c, h).into_iter().map(|(name, d, source)| {
+        let value = serde_json::json!({ "secs": secs(d), "source": source });
+        (name.replace(' ', "_"), value)
+    });
+    serde_json::Value::Object(terms.collect())
+}
+
+fn retention_json(c: &CliConfig, h: &Horizon) -> Vec<serde_json::Value> {
+    let window = |w: idem::WindowCheck| {
+        let (ok, verdict) = match w.verdict {
+            Ok(what) => (true, what.to_owned()),
+            Err(why) => (false, why),
+        };
+        serde_json::json!({ "setting": w.setting, "secs": secs(w.value), "ok": ok,
+                            "verdict": verdict })
+    };
+    c.retention.checks(h).into_iter().map(window).collect()
 }
 
 #[cfg(test)]
@@ -436,6 +531,9 @@ mod tests {
 ladder = ["5s", "30s", "2m", "10m", "1h", "3h", "6h"]
 jitter = 0.1
 max_attempts = 8
+max_retry_after = "1h"
+max_snooze = "1h"
+max_snoozes = 10
 [retry.queues.mail]
 ladder = ["1s", "10s"]
 [retry.kinds.receipt-mail]
@@ -477,6 +575,14 @@ dead_jobs = "7d"
             (8, secs(30), secs(60))
         );
         assert_eq!(c.worker.rescue_interval, secs(5));
+        assert_eq!(
+            (
+                c.worker.max_retry_after,
+                c.worker.max_snooze,
+                c.worker.max_snoozes
+            ),
+            (secs(3600), secs(3600), 10)
+        );
         assert_eq!(c.retention, Retention::default());
         c.check().unwrap();
         assert_eq!(c.horizon(), CliConfig::default().horizon());
@@ -551,6 +657,49 @@ dead_jobs = "7d"
     }
 
     #[test]
+    fn the_bounds_on_handler_delays_are_read() {
+        let c = CliConfig::parse(
+            "[retry]\nmax_retry_after = \"10m\"\nmax_snooze = \"30s\"\nmax_snoozes = 0\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                c.worker.max_retry_after,
+                c.worker.max_snooze,
+                c.worker.max_snoozes
+            ),
+            (secs(600), secs(30), 0)
+        );
+        assert_eq!(c.horizon().snoozes, Duration::ZERO);
+        c.check().unwrap();
+        let err = error_of("[retry]\nmax_snoozes = -1\n");
+        assert!(err.contains("retry.max_snoozes is -1"), "{err}");
+        let err = error_of("[retry]\nmax_retry_after = \"later\"\n");
+        assert!(
+            err.contains("retry.max_retry_after = \"later\" is not a duration"),
+            "{err}"
+        );
+        let err = error_of("[retry]\nmax_snooze = \"0s\"\n");
+        assert!(
+            err.contains("retry.max_snooze = \"0s\": it must be longer"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn long_handler_delays_lengthen_the_horizon_past_the_windows() {
+        let c = CliConfig::parse("[retry]\nmax_retry_after = \"1d\"\n").unwrap();
+        assert_eq!(
+            c.horizon().ladder + c.horizon().handler_delays,
+            7 * secs(86_400)
+        );
+        let err = c.check().unwrap_err().to_string();
+        assert!(err.contains("effect-key retention 3d is shorter"), "{err}");
+        let r = report(&c);
+        assert!(r.contains("only with --force"), "{r}");
+    }
+
+    #[test]
     fn what_a_worker_refuses_is_refused() {
         let c = CliConfig::parse("[worker]\nlease = \"50ms\"\n").unwrap();
         let err = c.check().unwrap_err().to_string();
@@ -574,5 +723,56 @@ dead_jobs = "7d"
         assert!(r.contains("queues.mail"), "{r}");
         assert!(r.contains("kinds.receipt-mail"), "{r}");
         assert!(r.contains(&human(c.horizon().total)), "{r}");
+    }
+
+    /// The line of `report` that starts with `name` (after its indent).
+    fn line<'a>(report: &'a str, name: &str) -> &'a str {
+        report
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no line {name:?} in {report}"))
+    }
+
+    #[test]
+    fn the_report_prints_every_term_of_the_horizon() {
+        let c = CliConfig::default();
+        let r = report(&c);
+        let worst = line(&r, "default ");
+        assert!(
+            worst.contains("worst case 11h 13m 50.5s, with handler delays 15h"),
+            "{worst}"
+        );
+        for (name, value, source) in [
+            (
+                "ladder part",
+                "11h 13m 50.5s",
+                "the longest ladder's worst case",
+            ),
+            ("handler delays", "3h 46m 9.5s", "up to max_retry_after 1h"),
+            (
+                "snoozes part",
+                "10h 15m 50s",
+                "10 × (max_snooze 1h + job timeout 1m + lease 30s + rescue interval 5s)",
+            ),
+            (
+                "attempts part",
+                "12m 40s",
+                "8 × (job timeout 1m + lease 30s + rescue interval 5s)",
+            ),
+            ("total", "1d 1h 28m 30s", ""),
+            ("margin", "1h", ""),
+            ("required window", "1d 2h 28m 30s", "total + margin"),
+        ] {
+            let l = line(&r, name);
+            assert!(l.contains(value) && l.contains(source), "{l}");
+        }
+        assert!(line(&r, "max_snoozes").ends_with(" 10"), "{r}");
+        let retry = line(&r, "without --force");
+        assert!(retry.contains("at most 1d 21h 31m 30s ago"), "{retry}");
+        let effect = line(&r, "effect_keys");
+        assert!(
+            effect.contains("3d") && effect.contains("covers the retry horizon"),
+            "{effect}"
+        );
     }
 }

@@ -33,8 +33,19 @@ pub enum DeadCommand {
         #[command(flatten)]
         format: Format,
     },
-    /// Put dead jobs back to available with a fresh ladder (their history is kept)
-    Retry(Selection),
+    /// Put dead jobs back to available with a fresh ladder (their history is kept).
+    /// Refused, retrying none, when a job's first attempt is too old for its effect keys
+    /// to outlive a new retry horizon (see `idem config check`)
+    Retry {
+        #[command(flatten)]
+        selection: Selection,
+        /// Retry even jobs whose first attempt is older than the effect-key retention
+        /// minus the retry horizon and margin. Risk: their effect keys may be purged
+        /// before the retry ends, so effects their earlier attempts made can happen
+        /// again
+        #[arg(long)]
+        force: bool,
+    },
     /// Delete dead jobs with their history and enqueue keys
     Discard {
         #[command(flatten)]
@@ -97,9 +108,15 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
                 eprintln!("note: job {} is {}, not dead", job.id, job.state);
             }
         }
-        DeadCommand::Retry(sel) => {
+        DeadCommand::Retry {
+            selection: sel,
+            force,
+        } => {
             let ids = sel.ids(&idem).await?;
-            let retried = idem.retry_jobs(ids.clone()).await?;
+            let retried = match force {
+                true => idem.retry_jobs_forced(ids.clone()).await?,
+                false => idem.retry_jobs(ids.clone()).await?,
+            };
             let done: Vec<i64> = retried.iter().map(|j| j.id).collect();
             println!("retried {} of {} job(s)", done.len(), ids.len());
             return left_alone(&idem, &ids, &done, "dead or cancelled").await;

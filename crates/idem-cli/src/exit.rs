@@ -38,7 +38,8 @@ Exit codes:
   0  success
   1  a check failed or an action was refused: ledger verify found a mismatch, config
      check refused a window, the demo's verdict is not OK, a job is not in the state the
-     action needs (cancel of a finished job; dead retry or discard of a job not dead)
+     action needs (cancel of a finished job; dead retry or discard of a job not dead),
+     dead retry of jobs too old for their effect keys (without --force)
   2  the command line is wrong: an unknown flag, or a value that does not parse (--args
      JSON, --state, --run-at, job ids, …)
   3  not found: a job id, or the database (an SQLite file, a PostgreSQL database)
@@ -75,6 +76,7 @@ impl Exit {
             IdemError::Store(e) => Exit::of_store(e),
             IdemError::Config(_) => Exit::Config,
             IdemError::InvalidJob(_) | IdemError::InvalidKey(_) => Exit::Usage,
+            IdemError::RetryRefused(_) => Exit::Refused,
         }
     }
 

@@ -159,6 +159,10 @@ impl Store for PgStore {
         ops::job_attempt::list(&self.pool, job_id).await
     }
 
+    async fn job_first_attempts(&self, ids: Vec<i64>) -> StoreResult<Vec<(i64, Timestamp)>> {
+        ops::job_attempt::first_started(&self.pool, &ids).await
+    }
+
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>> {
         ops::queue::counts(&self.pool).await
     }

@@ -8,7 +8,7 @@
 
 use idem_store::{
     AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, LedgerEntry, LedgerMismatch,
-    QueueCount, StoreResult,
+    QueueCount, StoreResult, Timestamp,
 };
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -91,6 +91,7 @@ pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
         attempted_at: get(row, "attempted_at")?,
         finalized_at: get(row, "finalized_at")?,
         last_error: get(row, "last_error")?,
+        snoozes: get(row, "snoozes")?,
     })
 }
 
@@ -114,6 +115,11 @@ pub(crate) fn attempt(row: &PgRow) -> StoreResult<AttemptRow> {
         started_at: get(row, "started_at")?,
         finished_at: get(row, "finished_at")?,
     })
+}
+
+/// A row of `job_attempt/first_started.sql`.
+pub(crate) fn first_started(row: &PgRow) -> StoreResult<(i64, Timestamp)> {
+    Ok((get(row, "job_id")?, get(row, "started_at")?))
 }
 
 /// A row of `queue/counts.sql`.

@@ -196,6 +196,12 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn job_first_attempts(&self, ids: Vec<i64>) -> StoreResult<Vec<(i64, Timestamp)>> {
+        self.readers
+            .run(move |c| ops::job_attempt::first_started(c, &ids))
+            .await
+    }
+
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>> {
         self.readers.run(ops::queue::counts).await
     }

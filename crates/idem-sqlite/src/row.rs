@@ -98,6 +98,7 @@ pub(crate) fn job(row: &Row<'_>) -> StoreResult<JobRow> {
         attempted_at: opt_ts(row, "attempted_at")?,
         finalized_at: opt_ts(row, "finalized_at")?,
         last_error: get(row, "last_error")?,
+        snoozes: get(row, "snoozes")?,
     })
 }
 
@@ -121,6 +122,11 @@ pub(crate) fn attempt(row: &Row<'_>) -> StoreResult<AttemptRow> {
         started_at: opt_ts(row, "started_at")?,
         finished_at: ts(row, "finished_at")?,
     })
+}
+
+/// A row of `job_attempt/first_started.sql`.
+pub(crate) fn first_started(row: &Row<'_>) -> StoreResult<(i64, Timestamp)> {
+    Ok((get(row, "job_id")?, ts(row, "started_at")?))
 }
 
 /// A row of `queue/counts.sql`.

@@ -121,6 +121,9 @@ pub struct JobRow {
     pub finalized_at: Option<Timestamp>,
     /// The error of the latest failed attempt.
     pub last_error: Option<String>,
+    /// Snoozes taken since the job was enqueued or last retried by an operator: the
+    /// engine counts a snooze beyond its `max_snoozes` as a failed attempt.
+    pub snoozes: i32,
 }
 
 impl JobRow {
@@ -213,6 +216,7 @@ impl JobInsert {
                     created_at: i.created_at,
                     finalized_at: None,
                     last_error: None,
+                    snoozes: 0,
                 }
             })
             .collect())
@@ -378,7 +382,9 @@ pub struct JobFail {
     /// `None`: the job becomes `dead`.
     pub retry_in_ms: Option<i64>,
     /// Run again after `retry_in_ms` without spending an attempt (the claim's attempt is
-    /// given back); recorded as `snoozed`. Never makes the job dead.
+    /// given back) and count the snooze (`snoozes` + 1); recorded as `snoozed`. Never
+    /// makes the job dead: the engine decides when a snooze is one too many and fails the
+    /// attempt instead.
     pub snooze: bool,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Timestamp;
 
-/// Put dead or cancelled jobs back to `available` with a fresh ladder.
+/// Put dead or cancelled jobs back to `available` with a fresh ladder and no snoozes.
 #[derive(Debug, Clone, Default)]
 pub struct JobRetry {
     /// The jobs. Those not dead or cancelled are left alone and absent from the result.

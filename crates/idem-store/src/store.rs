@@ -56,6 +56,12 @@ pub trait Store: Send + Sync + 'static {
     /// The finished attempts of a job, oldest first.
     async fn job_attempts(&self, job_id: i64) -> StoreResult<Vec<AttemptRow>>;
 
+    /// When the first recorded attempt of each listed job started: `(job_id, earliest
+    /// started_at)`, in id order. Jobs without a finished attempt that has a start time
+    /// (never ran) are absent. An operator retry is judged by it: the effect keys of a
+    /// job's first attempt are its oldest.
+    async fn job_first_attempts(&self, ids: Vec<i64>) -> StoreResult<Vec<(i64, Timestamp)>>;
+
     /// Job counts per queue and state.
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>>;
 
@@ -225,8 +231,9 @@ pub trait StoreTx: Send {
     /// The listed jobs, in id order, read in this transaction.
     async fn job_get_many(&mut self, ids: Vec<i64>) -> StoreResult<Vec<JobRow>>;
 
-    /// Puts dead or cancelled jobs back to `available` now, with attempt 0 (a fresh
-    /// ladder); their attempt history and fence are kept. Returns the jobs changed.
+    /// Puts dead or cancelled jobs back to `available` now, with attempt 0 and no
+    /// snoozes (a fresh start); their attempt history and fence are kept. Returns the
+    /// jobs changed.
     async fn job_retry(&mut self, params: JobRetry) -> StoreResult<Vec<JobRow>>;
 
     /// Deletes dead jobs with their attempt history and enqueue keys; returns the ids

@@ -13,11 +13,11 @@ use idem_postgres::{PgOptions, PgStore};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_store::{
     AttemptRow, Backend, Enqueued, JobCancel, JobInsert, JobList, JobRescue, JobRow,
-    LedgerMismatch, QueueCount, SqlValue, Store, StoreTx,
+    LedgerMismatch, QueueCount, SqlValue, Store, StoreTx, Timestamp,
 };
 
 use crate::clock::{Clock, DatabaseClock};
-use crate::config::Retention;
+use crate::config::{Horizon, Retention, human};
 use crate::error::IdemError;
 use crate::job::Job;
 use crate::local::LocalQueues;
@@ -104,6 +104,7 @@ pub struct Idem {
     pub(crate) waker: Waker,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) retention: Retention,
+    pub(crate) horizon: Horizon,
     pub(crate) local: Arc<LocalQueues>,
 }
 
@@ -175,6 +176,7 @@ impl Idem {
             waker: Waker::default(),
             metrics: Arc::new(Metrics::default()),
             retention: Retention::default(),
+            horizon: WorkerConfig::default().horizon(),
             local: Arc::new(LocalQueues::default()),
         }
     }
@@ -192,6 +194,28 @@ impl Idem {
     /// The retention windows in force.
     pub fn retention(&self) -> &Retention {
         &self.retention
+    }
+
+    /// The same client judging operator retries ([`Idem::retry_jobs`]) with `horizon`:
+    /// the longest a retried job may keep running, which its first attempt's effect keys
+    /// must outlive. Give it the horizon of the workers that run the jobs
+    /// ([`WorkerConfig::horizon`]); the default is that of [`WorkerConfig::default`].
+    pub fn with_horizon(mut self, horizon: Horizon) -> Idem {
+        self.horizon = horizon;
+        self
+    }
+
+    /// The retry horizon operator retries are judged with.
+    pub fn horizon(&self) -> &Horizon {
+        &self.horizon
+    }
+
+    /// Now on the client's clock, else the database's.
+    pub(crate) async fn now(&self) -> Result<Timestamp, IdemError> {
+        match self.clock.now() {
+            Some(t) => Ok(t),
+            None => Ok(self.store.now().await?),
+        }
     }
 
     /// The same client with injected time (tests, simulations).
@@ -346,11 +370,23 @@ impl Idem {
     /// A worker over this client's store and clock. Refused when the configuration is
     /// invalid, when this client's retention windows do not cover the worker's retry
     /// horizon (the error names both durations), or when the store's pool cannot serve
-    /// the worker's own duties and one job ([`WorkerConfig::check_connections`]).
+    /// the worker's own duties and one job ([`WorkerConfig::check_connections`]). The
+    /// horizon operator retries are judged with stays this client's
+    /// ([`Idem::with_horizon`]); a worker whose horizon is longer is logged as a warning.
     pub fn worker(&self, config: WorkerConfig) -> Result<Worker, IdemError> {
         config.validate()?;
-        self.retention.check_covers(&config.horizon())?;
+        let horizon = config.horizon();
+        self.retention.check_covers(&horizon)?;
         config.check_connections(self.store.connections())?;
+        if horizon.total > self.horizon.total {
+            tracing::warn!(
+                worker_horizon = %human(horizon.total),
+                client_horizon = %human(self.horizon.total),
+                "this worker's retry horizon is longer than the one this client judges \
+                 operator retries with; call Idem::with_horizon(config.horizon()) so a retry \
+                 is refused when the worker could outlive the effect keys"
+            );
+        }
         Worker::new(self.clone(), config)
     }
 }

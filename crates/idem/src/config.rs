@@ -2,12 +2,18 @@
 //!
 //! A deduplication record is only useful while a duplicate can still arrive. For an
 //! enqueue key or an effect key that is as long as a job can keep being retried: its
-//! **retry horizon**, computed here from the ladders, `max_attempts`, the lease, the job
-//! timeout and the rescue interval ([`retry_horizon`]). What must stay true:
+//! **retry horizon**, computed here from every delay a job can take ([`retry_horizon`]):
+//! the ladders, `max_attempts`, the lease, the job timeout, the rescue interval, and the
+//! bounds the worker puts on delays handlers choose (`max_retry_after`, `max_snooze`,
+//! `max_snoozes`). What must stay true:
 //!
 //! - **Enqueue-key and effect-key retention each cover the retry horizon plus
 //!   [`HORIZON_MARGIN`]** ([`Retention::check_covers`]); a worker refuses to start
-//!   otherwise, so a late retry can never find its key purged and do its effect again.
+//!   otherwise, and it clamps every handler-chosen delay and counts snoozes, so a late
+//!   retry can never find its key purged and do its effect again.
+//! - **An operator retry starts a job's horizon again**, so `Idem::retry_jobs` refuses a
+//!   job whose first attempt's effect keys would expire before the new horizon ends
+//!   (`Idem::retry_jobs_forced` overrides it).
 //! - **Finished and dead jobs outlive their enqueue keys** ([`Retention::validate`]): a
 //!   deduplicated enqueue returns the first job, so that job must still exist.
 //!
@@ -53,18 +59,48 @@ impl Default for Retention {
     }
 }
 
+/// What the retry horizon is computed from: the attempts cap, the timing of an attempt,
+/// and the bounds on delays handlers choose. [`WorkerConfig::horizon`](crate::WorkerConfig::horizon)
+/// fills it from a worker's configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HorizonParams {
+    /// The most attempts a job runs.
+    pub max_attempts: i32,
+    /// The lease: how long a dead worker's job waits before it can be rescued.
+    pub lease: Duration,
+    /// The longest an attempt runs.
+    pub job_timeout: Duration,
+    /// Time between rescue sweeps.
+    pub rescue_interval: Duration,
+    /// The longest delay a handler's `JobError::retry_after` gets.
+    pub max_retry_after: Duration,
+    /// The longest snooze a handler's `JobError::snooze` gets.
+    pub max_snooze: Duration,
+    /// How many snoozes a job may take; a snooze beyond them is a failed attempt.
+    pub max_snoozes: i32,
+}
+
 /// The worst-case retry horizon: how long after its first attempt a job can still be
-/// running or waiting to run again. Computed by [`retry_horizon`].
+/// running or waiting to run again, term by term. Computed by [`retry_horizon`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Horizon {
     /// The longest ladder's worst case: every delay at jitter's maximum.
     pub ladder: Duration,
+    /// What handler-chosen delays (`retry_after`, up to `max_retry_after`) add to
+    /// `ladder`: the worst case over the ladders of every failed attempt waiting the
+    /// larger of its rung's maximum and `max_retry_after`, minus `ladder`.
+    pub handler_delays: Duration,
+    /// `max_snoozes` × (`max_snooze` + job timeout + lease + rescue interval): a snoozed
+    /// attempt ran, then waits, and gives its attempt back.
+    pub snoozes: Duration,
     /// `max_attempts` × (job timeout + lease + rescue interval).
     pub attempts: Duration,
-    /// `ladder` + `attempts`.
+    /// `ladder` + `handler_delays` + `snoozes` + `attempts`.
     pub total: Duration,
     /// The attempts the horizon was computed for.
     pub max_attempts: i32,
+    /// The snoozes the horizon was computed for.
+    pub max_snoozes: i32,
 }
 
 impl Horizon {
@@ -72,57 +108,117 @@ impl Horizon {
     pub fn required_retention(&self) -> Duration {
         self.total.saturating_add(HORIZON_MARGIN)
     }
+
+    /// How long ago a job's first attempt may have started for an operator retry to be
+    /// safe: the effect keys of that attempt, kept `effect_keys` from it, must outlive a
+    /// new horizon plus the margin. `None`: the window is shorter than the horizon plus
+    /// the margin, so no job that has run may be retried without force.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idem::{DEFAULT_RETENTION, WorkerConfig, config::human};
+    ///
+    /// let h = WorkerConfig::default().horizon();
+    /// let allowed = h.retry_allowance(DEFAULT_RETENTION).unwrap();
+    /// assert_eq!(human(allowed), "1d 21h 31m 30s");
+    /// assert_eq!(h.retry_allowance(Duration::from_secs(3600)), None);
+    /// ```
+    pub fn retry_allowance(&self, effect_keys: Duration) -> Option<Duration> {
+        effect_keys.checked_sub(self.required_retention())
+    }
 }
 
-/// The worst-case retry horizon of jobs retried along any of `ladders`.
+/// The worst-case retry horizon of jobs retried along any of `ladders`: every delay a
+/// job can take counts.
 ///
-/// `horizon = ladder + attempts`, where
+/// `horizon = ladder + handler_delays + snoozes + attempts`, where
 ///
 /// - `ladder` = the largest [`RetryLadder::worst_case_total`]`(max_attempts)` over the
 ///   ladders: the sum of the delays after failed attempts 1 to `max_attempts − 1`, each at
 ///   its rung × (1 + jitter), the last rung repeating;
+/// - `handler_delays` = the largest [`RetryLadder::worst_case_delays`]`(max_attempts,
+///   max_retry_after)` minus `ladder`: a handler may choose any failed attempt's delay
+///   itself, up to `max_retry_after`;
+/// - `snoozes` = `max_snoozes` × (`max_snooze` + `job_timeout` + `lease` +
+///   `rescue_interval`): a snooze gives its attempt back, so each of the snoozes a job
+///   may take adds an attempt's run and its wait;
 /// - `attempts` = `max_attempts` × (`job_timeout` + `lease` + `rescue_interval`): a hung
 ///   attempt runs until its timeout, and a dead worker's job waits for its lease to
 ///   expire and then for the next rescue sweep.
 ///
-/// DESIGN.md §7 gives `ladder + max_attempts × (lease + job timeout)`; the rescue interval
-/// is added because a job whose lease expired is only moved back by the next sweep.
-/// No ladders gives a `ladder` part of zero.
+/// DESIGN.md §7 gives `ladder + max_attempts × (lease + job timeout)` and asks that
+/// every delay a job can take count; the rescue interval is added because a job whose
+/// lease expired is only moved back by the next sweep. No ladders gives `ladder` zero
+/// and `handler_delays` the failed attempts × `max_retry_after`.
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem::config::retry_horizon;
+/// use idem::config::{HorizonParams, retry_horizon};
 /// use idem::retry::RetryLadder;
 ///
 /// let s = Duration::from_secs;
 /// let ladder = RetryLadder::new([s(10), s(100)]).jitter(0.0);
-/// let h = retry_horizon([&ladder], 3, s(30), s(60), s(5));
-/// assert_eq!(h.ladder, s(110));
-/// assert_eq!(h.attempts, s(3 * 95));
-/// assert_eq!(h.total, s(110 + 285));
+/// let params = HorizonParams {
+///     max_attempts: 3,
+///     lease: s(30),
+///     job_timeout: s(60),
+///     rescue_interval: s(5),
+///     max_retry_after: s(50),
+///     max_snooze: s(20),
+///     max_snoozes: 2,
+/// };
+/// let h = retry_horizon([&ladder], &params);
+/// assert_eq!(h.ladder, s(10 + 100));
+/// assert_eq!(h.handler_delays, s(50 + 100 - 110)); // the first rung waits 50, not 10
+/// assert_eq!(h.snoozes, s(2 * (20 + 60 + 30 + 5)));
+/// assert_eq!(h.attempts, s(3 * (60 + 30 + 5)));
+/// assert_eq!(h.total, s(110 + 40 + 230 + 285));
 /// ```
 pub fn retry_horizon<'a>(
     ladders: impl IntoIterator<Item = &'a RetryLadder>,
-    max_attempts: i32,
-    lease: Duration,
-    job_timeout: Duration,
-    rescue_interval: Duration,
+    p: &HorizonParams,
 ) -> Horizon {
-    let ladder = ladders
+    let (ladder, delays) = ladders
         .into_iter()
-        .map(|l| l.worst_case_total(max_attempts))
-        .max()
-        .unwrap_or(Duration::ZERO);
-    let per_attempt = job_timeout
-        .saturating_add(lease)
-        .saturating_add(rescue_interval);
-    let attempts = per_attempt.saturating_mul(u32::try_from(max_attempts).unwrap_or(0));
+        .map(|l| {
+            let alone = l.worst_case_total(p.max_attempts);
+            (
+                alone,
+                l.worst_case_delays(p.max_attempts, p.max_retry_after),
+            )
+        })
+        .fold((Duration::ZERO, no_ladder_delays(p)), |(a, d), (la, ld)| {
+            (a.max(la), d.max(ld))
+        });
+    let run = p
+        .job_timeout
+        .saturating_add(p.lease)
+        .saturating_add(p.rescue_interval);
+    let snoozes = times(p.max_snoozes, p.max_snooze.saturating_add(run));
+    let attempts = times(p.max_attempts, run);
+    let total = [snoozes, attempts]
+        .into_iter()
+        .fold(delays, Duration::saturating_add);
     Horizon {
         ladder,
+        handler_delays: delays.saturating_sub(ladder),
+        snoozes,
         attempts,
-        total: ladder.saturating_add(attempts),
-        max_attempts,
+        total,
+        max_attempts: p.max_attempts,
+        max_snoozes: p.max_snoozes,
     }
+}
+
+/// The failed attempts' delays when no ladder applies: each a handler's, at most
+/// `max_retry_after`.
+fn no_ladder_delays(p: &HorizonParams) -> Duration {
+    times(p.max_attempts.saturating_sub(1), p.max_retry_after)
+}
+
+/// `n` × `d`, saturating; a negative `n` counts as zero.
+fn times(n: i32, d: Duration) -> Duration {
+    d.saturating_mul(u32::try_from(n).unwrap_or(0))
 }
 
 /// One retention window judged against its rules, for reports such as `idem config check`.
@@ -160,11 +256,11 @@ impl Retention {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use idem::config::{Retention, retry_horizon};
-    /// use idem::retry::RetryLadder;
+    /// use idem::WorkerConfig;
+    /// use idem::config::Retention;
     ///
     /// let s = Duration::from_secs;
-    /// let h = retry_horizon([&RetryLadder::default()], 8, s(30), s(60), s(5));
+    /// let h = WorkerConfig::default().horizon();
     /// assert!(Retention::default().check_covers(&h).is_ok());
     /// let short = Retention { enqueue_keys: s(7200), ..Retention::default() };
     /// let err = short.check_covers(&h).unwrap_err().to_string();
@@ -258,7 +354,8 @@ fn covers(w: &Window, h: &Horizon) -> Result<(), String> {
     }
     Err(format!(
         "{} retention {} is shorter than the retry horizon {} plus the {} margin; raise {} \
-         to at least {} or shorten the retry ladder or max_attempts",
+         to at least {} or shorten the retry ladder, max_attempts, max_retry_after, \
+         max_snooze or max_snoozes",
         w.noun,
         human(w.value),
         human(h.total),
@@ -277,7 +374,8 @@ fn collect(checks: impl Iterator<Item = Result<(), String>>) -> Result<(), IdemE
     }
 }
 
-fn ceil_to_second(d: Duration) -> Duration {
+/// `d` rounded up to a whole second.
+pub(crate) fn ceil_to_second(d: Duration) -> Duration {
     match d.subsec_nanos() {
         0 => d,
         _ => Duration::from_secs(d.as_secs().saturating_add(1)),
@@ -317,30 +415,41 @@ pub fn human(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::retry::{DEFAULT_JITTER, DEFAULT_LADDER, DEFAULT_MAX_ATTEMPTS};
-    use crate::worker::config::{DEFAULT_JOB_TIMEOUT, DEFAULT_LEASE, DEFAULT_RESCUE_INTERVAL};
+    use crate::WorkerConfig;
+    use crate::retry::{DEFAULT_JITTER, DEFAULT_LADDER};
 
     fn default_horizon() -> Horizon {
-        retry_horizon(
-            [&RetryLadder::default()],
-            DEFAULT_MAX_ATTEMPTS,
-            DEFAULT_LEASE,
-            DEFAULT_JOB_TIMEOUT,
-            DEFAULT_RESCUE_INTERVAL,
-        )
+        WorkerConfig::default().horizon()
     }
 
     fn secs(n: u64) -> Duration {
         Duration::from_secs(n)
     }
 
+    /// Horizon params without handler-chosen delays or snoozes.
+    fn params(max_attempts: i32, lease: u64, job_timeout: u64, rescue: u64) -> HorizonParams {
+        HorizonParams {
+            max_attempts,
+            lease: secs(lease),
+            job_timeout: secs(job_timeout),
+            rescue_interval: secs(rescue),
+            max_retry_after: Duration::ZERO,
+            max_snooze: Duration::ZERO,
+            max_snoozes: 0,
+        }
+    }
+
     #[test]
     fn the_default_horizon_is_what_the_formula_says() {
+        let c = WorkerConfig::default();
         assert_eq!(
-            (DEFAULT_MAX_ATTEMPTS, DEFAULT_LEASE, DEFAULT_JOB_TIMEOUT),
-            (8, secs(30), secs(60))
+            (c.max_attempts, c.lease, c.job_timeout, c.rescue_interval),
+            (8, secs(30), secs(60), secs(5))
         );
-        assert_eq!(DEFAULT_RESCUE_INTERVAL, secs(5));
+        assert_eq!(
+            (c.max_retry_after, c.max_snooze, c.max_snoozes),
+            (secs(3600), secs(3600), 10)
+        );
         let h = default_horizon();
         // 7 failed attempts walk the 7 rungs once, each at its jitter maximum.
         let rungs: Duration = DEFAULT_LADDER.iter().sum();
@@ -349,10 +458,68 @@ mod tests {
             h.ladder.abs_diff(ladder) < Duration::from_micros(1),
             "{h:?}"
         );
+        // A handler may make each of the four rungs under 1 h (5.5 s … 11 min) wait 1 h.
+        assert_eq!(
+            h.ladder + h.handler_delays,
+            4 * secs(3600) + secs(3960 + 11_880 + 23_760)
+        );
+        assert_eq!(human(h.ladder + h.handler_delays), "15h");
+        assert_eq!(h.snoozes, 10 * (secs(3600) + secs(60) + secs(30) + secs(5)));
         assert_eq!(h.attempts, 8 * (secs(30) + secs(60) + secs(5)));
-        assert_eq!(h.total, h.ladder + h.attempts);
-        assert_eq!(h.max_attempts, 8);
-        assert_eq!(human(h.total), "11h 26m 30.5s");
+        assert_eq!(
+            h.total,
+            h.ladder + h.handler_delays + h.snoozes + h.attempts
+        );
+        assert_eq!((h.max_attempts, h.max_snoozes), (8, 10));
+        assert_eq!(human(h.total), "1d 1h 28m 30s");
+        assert_eq!(human(h.required_retention()), "1d 2h 28m 30s");
+    }
+
+    #[test]
+    fn handler_delays_count_where_the_ladder_is_shorter() {
+        let p = HorizonParams {
+            max_retry_after: secs(3600),
+            ..params(4, 1, 1, 1)
+        };
+        let short = RetryLadder::new([secs(60)]).jitter(0.0);
+        let h = retry_horizon([&short], &p);
+        assert_eq!(
+            (h.ladder, h.handler_delays),
+            (secs(180), secs(3 * 3600 - 180))
+        );
+        // The worst ladder alone and the worst with handler delays may be different
+        // ladders; the terms still add up to the worst case.
+        let spike = RetryLadder::new([secs(20 * 3600), Duration::ZERO]).jitter(0.0);
+        let flat = RetryLadder::new([secs(7 * 3600)]).jitter(0.0);
+        let h = retry_horizon([&spike, &flat], &p);
+        assert_eq!(h.ladder, secs(21 * 3600), "flat: 3 × 7 h");
+        assert_eq!(
+            h.ladder + h.handler_delays,
+            secs(22 * 3600),
+            "spike: 20 h + 2 × 1 h"
+        );
+        let none = retry_horizon([], &p);
+        assert_eq!(
+            (none.ladder, none.handler_delays),
+            (Duration::ZERO, secs(3 * 3600))
+        );
+    }
+
+    #[test]
+    fn each_snooze_counts_a_run_and_its_wait() {
+        let p = HorizonParams {
+            max_snooze: secs(600),
+            max_snoozes: 3,
+            ..params(1, 30, 60, 5)
+        };
+        let h = retry_horizon([&RetryLadder::default()], &p);
+        assert_eq!(h.snoozes, 3 * secs(600 + 60 + 30 + 5));
+        assert_eq!(h.total, h.snoozes + h.attempts);
+        let never = HorizonParams {
+            max_snoozes: -1,
+            ..p
+        };
+        assert_eq!(retry_horizon([], &never).snoozes, Duration::ZERO);
     }
 
     #[test]
@@ -378,11 +545,15 @@ mod tests {
         assert!(err.contains(&human(h.total)), "{err}");
         assert!(err.contains("effect-key retention 2h"), "{err}");
         assert!(
-            err.contains("retry horizon 11h 26m 30.5s plus the 1h margin"),
+            err.contains("retry horizon 1d 1h 28m 30s plus the 1h margin"),
             "{err}"
         );
         assert!(
-            err.contains("raise retention.effect_keys to at least 12h 26m 31s"),
+            err.contains("raise retention.effect_keys to at least 1d 2h 28m 30s"),
+            "{err}"
+        );
+        assert!(
+            err.contains("max_retry_after, max_snooze or max_snoozes"),
             "{err}"
         );
         assert!(
@@ -393,7 +564,7 @@ mod tests {
 
     #[test]
     fn a_window_just_covering_the_horizon_passes() {
-        let h = retry_horizon([], 2, secs(30), secs(60), secs(5));
+        let h = retry_horizon([], &params(2, 30, 60, 5));
         let exact = h.total + HORIZON_MARGIN;
         let r = Retention {
             enqueue_keys: exact,
@@ -412,7 +583,7 @@ mod tests {
     fn the_longest_ladder_decides_the_horizon() {
         let short = RetryLadder::new([secs(1)]).jitter(0.0);
         let long = RetryLadder::new([secs(10), secs(20)]).jitter(0.0);
-        let h = retry_horizon([&short, &long], 4, secs(1), secs(1), secs(1));
+        let h = retry_horizon([&short, &long], &params(4, 1, 1, 1));
         assert_eq!(h.ladder, secs(10 + 20 + 20));
         assert_eq!(h.attempts, secs(12));
     }

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use idem_store::StoreError;
 
+use crate::maintenance::RetryRefused;
+
 /// An error from idem's API.
 #[derive(Debug, thiserror::Error)]
 pub enum IdemError {
@@ -23,6 +25,11 @@ pub enum IdemError {
     /// An effect key is invalid; the message says why and what to do.
     #[error("invalid effect key: {0}")]
     InvalidKey(String),
+    /// An operator retry was refused, and nothing retried: some jobs first ran too long
+    /// ago for their effect keys to outlive a new retry horizon. The message names them,
+    /// the durations and the way out (a forced retry).
+    #[error(transparent)]
+    RetryRefused(Box<RetryRefused>),
 }
 
 impl IdemError {
@@ -41,7 +48,8 @@ pub enum JobErrorKind {
     Permanent,
     /// The claim was lost; another worker owns the job. Nothing is recorded.
     LeaseLost,
-    /// Run again after a delay without spending an attempt or a rung of the ladder.
+    /// Run again after a delay without spending an attempt or a rung of the ladder
+    /// (up to the worker's `max_snoozes`; beyond them, a failed attempt).
     Snooze,
 }
 
@@ -69,7 +77,13 @@ impl JobError {
         }
     }
 
-    /// A failure worth retrying after `delay`.
+    /// A failure worth retrying after `delay` instead of the ladder's delay.
+    ///
+    /// The worker clamps `delay` to its `max_retry_after` (default 1 h), with a warning
+    /// and a note in the attempt's error: every delay a job can take counts in the retry
+    /// horizon that the effect-key window must cover, so an unbounded delay could
+    /// outlive a key and repeat its effect. To run much later, enqueue a new job with a
+    /// `run_at` instead.
     pub fn retry_after(delay: Duration, e: impl std::fmt::Display) -> Self {
         JobError {
             retry_after: Some(delay),
@@ -89,10 +103,15 @@ impl JobError {
     /// Not now: run the job again after `delay` without spending an attempt or a rung
     /// of the ladder (waiting for a resource, a rate limit, a time of day). The attempt
     /// history records it as `snoozed`.
+    ///
+    /// Bounded like [`retry_after`](Self::retry_after): the worker clamps `delay` to its
+    /// `max_snooze` (default 1 h), and a job may take `max_snoozes` snoozes (default
+    /// 10, counted per job and reset by an operator retry); a snooze beyond them counts
+    /// as a failed attempt along the ladder, so a job that always snoozes ends in `dead`.
     pub fn snooze(delay: Duration) -> Self {
         JobError {
             kind: JobErrorKind::Snooze,
-            message: format!("snoozed for {delay:?}"),
+            message: format!("snoozed for {}", crate::config::human(delay)),
             retry_after: Some(delay),
         }
     }

@@ -63,7 +63,8 @@ pub use client::{
 };
 pub use clock::{Clock, DatabaseClock, ManualClock};
 pub use config::{
-    DEFAULT_RETENTION, HORIZON_MARGIN, Horizon, Retention, WindowCheck, retry_horizon,
+    DEFAULT_RETENTION, HORIZON_MARGIN, Horizon, HorizonParams, Retention, WindowCheck,
+    retry_horizon,
 };
 pub use context::{EffectTx, JobContext};
 pub use effect::EffectKey;
@@ -78,7 +79,7 @@ pub use idem_store::{
     QueueCount, SqlValue, Store, StoreError, StoreTx, Timestamp,
 };
 pub use job::Job;
-pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter};
+pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter, RetryRefused};
 pub use metrics::MetricsSnapshot;
 pub use transition::{Guard, Transition};
 pub use worker::{WORKER_CONNECTIONS, Worker, WorkerConfig, WorkerHandle, WorkerReport};

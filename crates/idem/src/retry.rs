@@ -9,8 +9,11 @@
 //! What must stay true: every realised delay lies within
 //! [`min_delay`](RetryLadder::min_delay)..=[`max_delay`](RetryLadder::max_delay) of its
 //! attempt, so [`worst_case_total`](RetryLadder::worst_case_total) bounds every schedule
-//! the ladder can produce. The retention windows are checked against that bound
-//! ([`crate::config::retry_horizon`]), and the property tests below hold the three
+//! the ladder can produce, and
+//! [`worst_case_delays`](RetryLadder::worst_case_delays) every schedule in which
+//! handlers also choose delays (`JobError::retry_after`) up to the worker's
+//! `max_retry_after`. The retention windows are checked against that bound
+//! ([`crate::config::retry_horizon`]), and the property tests below hold these
 //! functions to it.
 
 use std::time::Duration;
@@ -105,14 +108,32 @@ impl RetryLadder {
     /// 1 to `max_attempts − 1` (the last failure goes to `dead`, with no delay after it).
     /// The last rung counts again for each attempt beyond the ladder.
     pub fn worst_case_total(&self, max_attempts: i32) -> Duration {
+        self.worst_case_delays(max_attempts, Duration::ZERO)
+    }
+
+    /// [`worst_case_total`](Self::worst_case_total) when a handler may also choose a
+    /// failed attempt's delay itself (`JobError::retry_after`), which the worker caps at
+    /// `max_retry_after`: each failed attempt waits at most the larger of its
+    /// [`max_delay`](Self::max_delay) and `max_retry_after`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use idem::retry::RetryLadder;
+    ///
+    /// let s = Duration::from_secs;
+    /// let ladder = RetryLadder::new([s(10), s(100)]).jitter(0.0);
+    /// assert_eq!(ladder.worst_case_delays(4, s(50)), s(50 + 100 + 100));
+    /// assert_eq!(ladder.worst_case_delays(4, Duration::ZERO), ladder.worst_case_total(4));
+    /// ```
+    pub fn worst_case_delays(&self, max_attempts: i32, max_retry_after: Duration) -> Duration {
         let failures = u32::try_from(max_attempts.saturating_sub(1)).unwrap_or(0);
         let on_ladder = failures.min(u32::try_from(self.rungs.len()).unwrap_or(u32::MAX));
+        let worst = |attempt: i32| self.max_delay(attempt).max(max_retry_after);
         let climbed = (1..=on_ladder).fold(Duration::ZERO, |sum, attempt| {
-            sum.saturating_add(self.max_delay(attempt as i32))
+            sum.saturating_add(worst(attempt as i32))
         });
         let beyond = failures - on_ladder;
-        let last = self.max_delay(i32::MAX);
-        climbed.saturating_add(last.saturating_mul(beyond))
+        climbed.saturating_add(worst(i32::MAX).saturating_mul(beyond))
     }
 
     /// Checks the ladder; the error names the bad value.
@@ -245,6 +266,29 @@ mod tests {
                 .map(|attempt| l.delay(attempt, draws[(attempt - 1) as usize]))
                 .sum();
             prop_assert!(realised <= l.worst_case_total(max_attempts));
+        }
+
+        #[test]
+        fn the_horizon_bounds_schedules_with_handler_chosen_delays(
+            l in ladder(),
+            max_attempts in 0..30i32,
+            max_retry_after in (0u64..10 * 86_400_000).prop_map(Duration::from_millis),
+            draws in prop::collection::vec(0.0..1.0f64, 30),
+            chosen in prop::collection::vec(prop::option::of(any::<u64>()), 30),
+        ) {
+            // Each failed attempt waits the ladder's draw or, when its handler chose a
+            // delay (any length, up to ~584 years), that delay capped at max_retry_after.
+            let realised: Duration = (1..max_attempts)
+                .map(|attempt| {
+                    let i = (attempt - 1) as usize;
+                    match chosen[i] {
+                        Some(ms) => Duration::from_millis(ms).min(max_retry_after),
+                        None => l.delay(attempt, draws[i]),
+                    }
+                })
+                .fold(Duration::ZERO, Duration::saturating_add);
+            prop_assert!(realised <= l.worst_case_delays(max_attempts, max_retry_after));
+            prop_assert!(l.worst_case_total(max_attempts) <= l.worst_case_delays(max_attempts, max_retry_after));
         }
 
         #[test]

@@ -13,13 +13,15 @@ use common::*;
 use idem::config::human;
 use idem::retry::RetryLadder;
 use idem::{
-    AttemptOutcome, DeadFilter, EffectClass, Handler, Idem, Job, JobContext, JobError, JobRow,
-    JobState, ManualClock, Retention, WorkerConfig,
+    AttemptOutcome, DEFAULT_RETENTION, DeadFilter, EffectClass, HORIZON_MARGIN, Handler, Idem, Job,
+    JobContext, JobError, JobRow, JobState, ManualClock, Retention, WorkerConfig,
 };
 use idem_store_tests::{TestDb, harness::within};
 use tokio::sync::mpsc;
 
 const SECOND: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const DAY: Duration = Duration::from_secs(86_400);
 
 /// A ladder without jitter, so each delay is exact.
 fn exact(rungs: &[u64]) -> RetryLadder {
@@ -330,7 +332,7 @@ async fn enqueue_keys_deduplicate_inside_the_window(db: &TestDb) {
 }
 
 /// A worker refuses to start when a retention window does not cover its retry horizon,
-/// naming both durations.
+/// naming both durations; handler-chosen delays and snoozes count in the horizon.
 async fn retention_shorter_than_the_horizon_is_refused(db: &TestDb) {
     let short = Duration::from_secs(2 * 3600);
     let idem = client(db, None)
@@ -350,8 +352,23 @@ async fn retention_shorter_than_the_horizon_is_refused(db: &TestDb) {
         max_attempts: 3,
         ..WorkerConfig::default()
     };
+    let err = idem.worker(cfg.clone()).err().expect("refused").to_string();
+    assert!(
+        err.contains(&human(cfg.horizon().total)),
+        "snoozes count: {err}"
+    );
+    let cfg = WorkerConfig {
+        max_retry_after: 60 * SECOND,
+        max_snoozes: 2,
+        max_snooze: 60 * SECOND,
+        ..cfg
+    };
     let fits = idem.worker(cfg).map(|_| ()).map_err(|e| e.to_string());
-    assert_eq!(fits, Ok(()), "a short ladder fits the window");
+    assert_eq!(
+        fits,
+        Ok(()),
+        "a short ladder and short handler delays fit the window"
+    );
 }
 
 /// The worker's purger deletes finished jobs, enqueue keys and effect records past their
@@ -359,20 +376,22 @@ async fn retention_shorter_than_the_horizon_is_refused(db: &TestDb) {
 async fn the_purger_deletes_only_what_is_past_retention(db: &TestDb) {
     let (idem, clock) = manual(db).await;
     create_effect_table(&idem).await;
-    let day = Duration::from_secs(86_400);
+    // Windows of 3 days: the test workers' retry horizon (with their 1 h rescue
+    // interval) is longer than a day.
+    let window = 3 * DAY;
     let idem = idem
         .with_retention(Retention {
-            enqueue_keys: day,
-            effect_keys: day,
-            finished_jobs: day,
-            dead_jobs: day,
+            enqueue_keys: window,
+            effect_keys: window,
+            finished_jobs: window,
+            dead_jobs: window,
         })
         .unwrap();
     let effect_job = |k: &str| Job::new(EFFECT_KIND, serde_json::json!({})).enqueue_key(k);
     let old = run_to_completion(&idem, effect_job("old")).await;
-    // The young job finishes a day and a second later and is an hour old when the purger
+    // The young job finishes a window and a second later and is an hour old when the purger
     // runs: its row, key and effect record are inside every window.
-    clock.advance(day + SECOND);
+    clock.advance(window + SECOND);
     let young = run_to_completion(&idem, effect_job("young")).await;
     clock.advance(Duration::from_secs(3600));
     let live = idem
@@ -437,6 +456,231 @@ async fn count(idem: &Idem, sql: &str) -> i64 {
     }
 }
 
+/// Asks for a 4-day delay on its first run (sending each run's number first), then
+/// completes.
+struct RetryInFourDays {
+    runs: mpsc::UnboundedSender<i32>,
+}
+
+impl Handler for RetryInFourDays {
+    const KIND: &'static str = "retry-in-four-days";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let attempt = cx.job().attempt;
+        let _ = self.runs.send(attempt);
+        if attempt == 1 {
+            return Err(JobError::retry_after(4 * DAY, "the partner is closed"));
+        }
+        Ok(())
+    }
+}
+
+/// A handler's `retry_after` longer than `max_retry_after` waits `max_retry_after`
+/// (default 1 h), not the 4 days it asked for, which would outlive the 3-day effect-key
+/// window; the attempt's error says so.
+async fn a_long_retry_after_waits_only_max_retry_after(db: &TestDb) {
+    let (idem, clock) = manual(db).await;
+    let (tx, mut runs) = events();
+    let mut w = idem.worker(config("q", 1)).unwrap();
+    w.register(RetryInFourDays { runs: tx }).unwrap();
+    let id = enqueue_q(&idem, "retry-in-four-days", 3).await;
+    let w = w.start();
+    assert_eq!(within(30, "first run", runs.recv()).await, Some(1));
+    let row = until(&idem, id, "retryable", |j| j.state == JobState::Retryable).await;
+    assert_eq!(WorkerConfig::default().max_retry_after, HOUR, "the default");
+    assert_eq!((row.run_at - clock.get()).to_std().unwrap(), HOUR);
+    let error = row.last_error.unwrap_or_default();
+    assert!(
+        error.contains("the partner is closed; retry_after 4d clamped to max_retry_after 1h"),
+        "{error}"
+    );
+    assert_eq!(
+        idem.attempts(id).await.unwrap()[0].error.as_deref(),
+        Some(&*error)
+    );
+    clock.advance(HOUR);
+    assert_eq!(within(30, "second run", runs.recv()).await, Some(2));
+    until(&idem, id, "completed", |j| j.state == JobState::Completed).await;
+    within(30, "shutdown", w.shutdown()).await;
+}
+
+/// Snoozes for 4 days on every run, sending each run's number.
+struct AlwaysSnoozes {
+    runs: mpsc::UnboundedSender<u32>,
+    count: AtomicU32,
+}
+
+impl Handler for AlwaysSnoozes {
+    const KIND: &'static str = "always-snoozes";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, _: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let _ = self
+            .runs
+            .send(self.count.fetch_add(1, Ordering::SeqCst) + 1);
+        Err(JobError::snooze(4 * DAY))
+    }
+}
+
+/// Runs the next round of a job whose handler signals each run: waits for run `n`, then
+/// for the job to leave `running`; returns the row.
+async fn next_round(
+    idem: &Idem,
+    id: i64,
+    runs: &mut mpsc::UnboundedReceiver<u32>,
+    n: u32,
+) -> JobRow {
+    assert_eq!(within(30, "a run", runs.recv()).await, Some(n));
+    until(idem, id, "the run recorded", |j| {
+        j.state != JobState::Running
+    })
+    .await
+}
+
+/// A handler that always snoozes takes `max_snoozes` snoozes (default 10), each clamped
+/// to `max_snooze` (default 1 h); every snooze after that is a failed attempt along the
+/// ladder, so the job ends `dead` when its attempts are used up.
+async fn a_job_that_always_snoozes_ends_dead(db: &TestDb) {
+    let (idem, clock) = manual(db).await;
+    let mut cfg = config("q", 1);
+    cfg.ladder = exact(&[30]);
+    let (tx, mut runs) = events();
+    let mut w = idem.worker(cfg).unwrap();
+    w.register(AlwaysSnoozes {
+        runs: tx,
+        count: AtomicU32::new(0),
+    })
+    .unwrap();
+    let id = enqueue_q(&idem, "always-snoozes", 2).await;
+    let w = w.start();
+    let d = WorkerConfig::default();
+    assert_eq!((d.max_snoozes, d.max_snooze), (10, HOUR), "the defaults");
+    for n in 1..=10 {
+        let row = next_round(&idem, id, &mut runs, n).await;
+        assert_eq!(
+            (row.state, row.attempt),
+            (JobState::Scheduled, 0),
+            "snooze {n}"
+        );
+        assert_eq!(
+            (row.run_at - clock.get()).to_std().unwrap(),
+            HOUR,
+            "snooze {n} clamped"
+        );
+        clock.advance(HOUR);
+    }
+    let row = next_round(&idem, id, &mut runs, 11).await;
+    assert_eq!(
+        (row.state, row.attempt),
+        (JobState::Retryable, 1),
+        "the 11th snooze failed"
+    );
+    assert_eq!(
+        (row.run_at - clock.get()).to_std().unwrap(),
+        30 * SECOND,
+        "along the ladder"
+    );
+    let error = row.last_error.unwrap_or_default();
+    assert!(error.contains("max_snoozes 10"), "{error}");
+    clock.advance(30 * SECOND);
+    let row = next_round(&idem, id, &mut runs, 12).await;
+    assert_eq!(
+        (row.state, row.attempt, row.snoozes),
+        (JobState::Dead, 2, 10)
+    );
+    let outcomes: Vec<AttemptOutcome> = outcomes(&idem, id).await.iter().map(|o| o.2).collect();
+    let mut expected = vec![AttemptOutcome::Snoozed; 10];
+    expected.extend([AttemptOutcome::Retryable, AttemptOutcome::Dead]);
+    assert_eq!(outcomes, expected);
+    within(30, "shutdown", w.shutdown()).await;
+}
+
+/// Runs one job of the `permanent` kind to `dead` with a worker of its own; its id.
+async fn dead_job(idem: &Idem) -> i64 {
+    let mut w = idem.worker(config("q", 1)).unwrap();
+    w.register(Permanent).unwrap();
+    let id = enqueue_q(idem, "permanent", 3).await;
+    let w = w.start();
+    until(idem, id, "dead", |j| j.state == JobState::Dead).await;
+    within(30, "shutdown", w.shutdown()).await;
+    id
+}
+
+/// How old a job's first attempt may be for an operator retry without force: the
+/// effect-key retention minus the client's retry horizon and the margin.
+fn retry_allowance() -> Duration {
+    DEFAULT_RETENTION - WorkerConfig::default().horizon().total - HORIZON_MARGIN
+}
+
+/// An operator retry of a dead job whose first attempt started longer ago than the
+/// effect-key retention minus the retry horizon and the margin is refused, naming the
+/// job, both durations and the way out; nothing changes. The forced retry goes through.
+async fn an_old_dead_job_is_refused_a_retry(db: &TestDb) {
+    let (idem, clock) = manual(db).await;
+    let id = dead_job(&idem).await;
+    let age = retry_allowance() + Duration::from_secs(60);
+    clock.advance(age);
+    let err = idem
+        .retry_jobs(vec![id])
+        .await
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        err.contains(&format!("job {id} first ran {} ago", human(age))),
+        "{err}"
+    );
+    assert!(err.contains("effect-key retention 3d"), "{err}");
+    let horizon = WorkerConfig::default().horizon().total;
+    assert!(
+        err.contains(&format!("retry horizon {}", human(horizon))),
+        "{err}"
+    );
+    assert!(err.contains("--force"), "{err}");
+    assert_eq!(
+        job(&idem, id).await.state,
+        JobState::Dead,
+        "nothing retried"
+    );
+    assert_eq!(
+        idem.retry_dead(&DeadFilter::default()).await.ok(),
+        None,
+        "by filter too"
+    );
+}
+
+/// A dead job whose first attempt is just as old as the allowance retries without
+/// force; one a millisecond older in the same call refuses the whole call.
+async fn a_young_dead_job_retries_without_force(db: &TestDb) {
+    let (idem, clock) = manual(db).await;
+    let old = dead_job(&idem).await;
+    clock.advance(Duration::from_millis(1));
+    let young = dead_job(&idem).await;
+    clock.advance(retry_allowance());
+    let err = idem
+        .retry_jobs(vec![young, old])
+        .await
+        .expect_err("refused");
+    let err = err.to_string();
+    assert!(err.contains(&format!("job {old} ")), "{err}");
+    assert!(!err.contains(&format!("job {young} ")), "{err}");
+    for id in [old, young] {
+        assert_eq!(
+            job(&idem, id).await.state,
+            JobState::Dead,
+            "the whole call refused"
+        );
+    }
+    let retried = idem.retry_jobs(vec![young]).await.unwrap();
+    assert_eq!(retried.len(), 1);
+    assert_eq!(
+        (retried[0].id, retried[0].state),
+        (young, JobState::Available)
+    );
+}
+
 idem_store_tests::store_cases!(
     failing_job_walks_the_ladder_to_dead_and_back,
     worker_max_attempts_caps_jobs_and_permanent_errors_are_dead,
@@ -444,4 +688,8 @@ idem_store_tests::store_cases!(
     enqueue_keys_deduplicate_inside_the_window,
     retention_shorter_than_the_horizon_is_refused,
     the_purger_deletes_only_what_is_past_retention,
+    a_long_retry_after_waits_only_max_retry_after,
+    a_job_that_always_snoozes_ends_dead,
+    an_old_dead_job_is_refused_a_retry,
+    a_young_dead_job_retries_without_force,
 );

@@ -287,7 +287,7 @@ pub fn sqlite_url(path: &Path) -> String {
 
 /// The SQL of every migration of the SQLite store, in order: what an older build of idem
 /// applied is a prefix of it.
-const SQLITE_MIGRATIONS: [&str; 7] = [
+const SQLITE_MIGRATIONS: [&str; idem_store::migration::COUNT] = [
     include_str!("../../../idem-sqlite/migrations/0001_job.sql"),
     include_str!("../../../idem-sqlite/migrations/0002_effect.sql"),
     include_str!("../../../idem-sqlite/migrations/0003_ledger.sql"),
@@ -295,18 +295,31 @@ const SQLITE_MIGRATIONS: [&str; 7] = [
     include_str!("../../../idem-sqlite/migrations/0005_enqueue_key.sql"),
     include_str!("../../../idem-sqlite/migrations/0006_counter_number_key.sql"),
     include_str!("../../../idem-sqlite/migrations/0007_enqueue_key_window.sql"),
+    include_str!("../../../idem-sqlite/migrations/0008_job_snoozes.sql"),
 ];
+
+/// How many migrations the tests' older databases have: all of this build's but the
+/// last two.
+pub const OLDER: usize = idem_store::migration::COUNT - 2;
+
+/// The versions of this build's first `n` migrations.
+pub fn versions_upto(n: usize) -> Vec<i64> {
+    let names = idem_store::migration::NAMES;
+    names.iter().take(n).map(|(v, _)| *v).collect()
+}
+
+/// `NNNN_name` of each migration an [`OLDER`] database lacks.
+pub fn lacking() -> Vec<String> {
+    let names = idem_store::migration::NAMES;
+    let rest = names.iter().skip(OLDER);
+    rest.map(|(v, name)| format!("{v:04}_{name}")).collect()
+}
 
 /// An SQLite database at `path` as a build of idem that had only the first `applied`
 /// migrations left it: WAL, idem's migrations table, those migrations' SQL from the
 /// store's own files, each recorded.
 pub fn old_sqlite_database(path: &Path, applied: usize) {
     let names = idem_store::migration::NAMES;
-    assert_eq!(
-        SQLITE_MIGRATIONS.len(),
-        names.len(),
-        "a migration was added: list its file in SQLITE_MIGRATIONS"
-    );
     let conn = rusqlite::Connection::open(path).expect("create the old database");
     conn.execute_batch("PRAGMA journal_mode = WAL;")
         .expect("WAL");

@@ -1,7 +1,8 @@
 -- Records a failed attempt of job $1 under fence $2 with error $4: retryable at now + $3 ms,
 -- or dead when $3 is NULL or no attempts are left. $5 timestamptz, NULL = database clock.
--- $6 true = snooze: scheduled at now + $3 ms with the claim's attempt given back, never
--- dead; a snooze keeps the last error (its message is in the attempt history).
+-- $6 true = snooze: scheduled at now + $3 ms with the claim's attempt given back and the
+-- snooze counted (snoozes + 1), never dead; a snooze keeps the last error (its message is
+-- in the attempt history).
 -- The attempt row (retryable, dead or snoozed, with the claim's attempt number) is written
 -- in the same statement; no row: the claim is not current and nothing was written.
 -- PostgreSQL dialect: the attempt row comes from a data-modifying CTE (SQLite runs
@@ -13,6 +14,7 @@ WITH done AS (
                      WHEN $3::bigint IS NULL OR attempt >= max_attempts THEN 'dead'
                      ELSE 'retryable' END,
         attempt = CASE WHEN $6 THEN attempt - 1 ELSE attempt END,
+        snoozes = CASE WHEN $6 THEN snoozes + 1 ELSE snoozes END,
         run_at = CASE WHEN NOT $6 AND ($3::bigint IS NULL OR attempt >= max_attempts) THEN run_at
                       ELSE coalesce($5::timestamptz, now()) + $3::bigint * interval '1 millisecond'
                  END,

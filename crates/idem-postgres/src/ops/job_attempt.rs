@@ -1,11 +1,11 @@
-//! The attempt history (`queries/job_attempt/`): listed per job, and the attempt a cancel
-//! records for a running job.
+//! The attempt history (`queries/job_attempt/`): listed per job, its earliest start per
+//! job, and the attempt a cancel records for a running job.
 //!
 //! PostgreSQL dialect: complete, complete-many, fail and rescue write their attempt rows
 //! in their own statement (data-modifying CTEs), and discard and purge delete them there;
 //! only cancel writes one here (SQLite writes them all from this module).
 
-use idem_store::{AttemptOutcome, AttemptRow, JobCancel, StoreResult};
+use idem_store::{AttemptOutcome, AttemptRow, JobCancel, StoreResult, Timestamp};
 use sqlx::{Executor, Postgres};
 
 use crate::error::interpret_error;
@@ -21,6 +21,19 @@ where
         .await
         .map_err(interpret_error)?;
     rows.iter().map(row::attempt).collect()
+}
+
+/// When the first recorded attempt of each of `ids` started.
+pub(crate) async fn first_started<'e, E>(ex: E, ids: &[i64]) -> StoreResult<Vec<(i64, Timestamp)>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../../queries/job_attempt/first_started.sql"))
+        .bind(ids)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(row::first_started).collect()
 }
 
 /// The `cancelled` attempt of job `p.job_id` if it is running; nothing otherwise.

@@ -1,5 +1,6 @@
 //! The attempt history (`queries/job_attempt/`): one row per finished claim, written in
-//! the transaction of the state change it records; listed per job; deleted with its job.
+//! the transaction of the state change it records; listed per job, and its earliest
+//! start per job read; deleted with its job.
 //!
 //! SQLite dialect: the job statements cannot write attempt rows themselves (no
 //! data-modifying CTEs), so the job operations call these right after their update.
@@ -13,6 +14,12 @@ use crate::row::{self, ts_to_ms};
 pub(crate) fn list(c: &Connection, job_id: i64) -> StoreResult<Vec<AttemptRow>> {
     let sql = include_str!("../../queries/job_attempt/list.sql");
     rows(c, sql, [job_id], row::attempt)
+}
+
+/// When the first recorded attempt of each of `ids` started.
+pub(crate) fn first_started(c: &Connection, ids: &[i64]) -> StoreResult<Vec<(i64, Timestamp)>> {
+    let sql = include_str!("../../queries/job_attempt/first_started.sql");
+    rows(c, sql, [json_list(&ids)?], row::first_started)
 }
 
 /// One attempt-history row to write for a job's current claim.

@@ -1,6 +1,7 @@
 //! Snooze, and the operator's dead-letter operations: a snooze schedules the job again
-//! with its attempt given back and never makes it dead; `job_retry` puts a dead or
-//! cancelled job back to `available` with a fresh ladder, keeping its history and fence;
+//! with its attempt given back, counts itself on the job and never makes it dead;
+//! `job_retry` puts a dead or cancelled job back to `available` with a fresh ladder and
+//! no snoozes, keeping its history and fence;
 //! `job_discard` deletes a dead job with its history and its enqueue key. Jobs in any
 //! other state are left alone and absent from the result.
 
@@ -151,6 +152,40 @@ pub async fn snooze_never_makes_the_job_dead(db: &TestDb) {
         (1, 3, AttemptOutcome::Dead),
     ];
     assert_eq!(history, expected);
+}
+
+/// Each snooze counts on its own job (`snoozes` + 1), a failure leaves the count alone,
+/// and an operator retry starts the job afresh with none.
+pub async fn snooze_counts_per_job_and_retry_resets_the_count(db: &TestDb) {
+    let polite = running(db, job_in("p", "polite"), t0()).await;
+    let other = running(db, job_in("o", "other"), t0()).await;
+    assert_eq!((polite.snoozes, other.snoozes), (0, 0));
+    let mut current = polite;
+    for n in 1..=2 {
+        let snoozed = snooze(db, current.lease_token(), 0, at(n * 1_000))
+            .await
+            .expect("snooze");
+        assert_eq!(snoozed.snoozes, n as i32, "snooze {n}");
+        assert_eq!(get(db, snoozed.id).await, snoozed, "stored row");
+        current = claim(db, "p", 1, at(n * 1_000)).await.remove(0);
+        assert_eq!(current.snoozes, n as i32, "claimed with its count");
+    }
+    assert_eq!(get(db, other.id).await.snoozes, 0, "another job's count");
+    let failed = fail(db, current.lease_token(), Some(0), at(3_000))
+        .await
+        .expect("fail");
+    assert_eq!((failed.state, failed.snoozes), (JobState::Retryable, 2));
+    let last = claim(db, "p", 1, at(3_000)).await.remove(0);
+    let dead = fail(db, last.lease_token(), None, at(4_000))
+        .await
+        .expect("fail to dead");
+    assert_eq!((dead.state, dead.snoozes), (JobState::Dead, 2));
+    let retried = retry(db, vec![dead.id], at(5_000)).await;
+    assert_eq!(
+        (retried[0].state, retried[0].snoozes),
+        (JobState::Available, 0)
+    );
+    assert_eq!(get(db, dead.id).await.snoozes, 0, "stored count");
 }
 
 /// A snooze under a stale fence, or of a job no longer running, is `LeaseLost`; nothing

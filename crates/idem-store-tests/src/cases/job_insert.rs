@@ -35,6 +35,7 @@ pub async fn insert_one_stores_the_defaults(db: &TestDb) {
         attempted_at: None,
         finalized_at: None,
         last_error: None,
+        snoozes: 0,
     };
     assert_eq!(row, expected);
     assert_eq!(get(db, row.id).await, expected, "job_get after insert");

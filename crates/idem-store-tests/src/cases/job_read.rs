@@ -1,14 +1,16 @@
 //! Reads outside transactions: `job_get`, `job_list` (filters, newest first, keyset
-//! pagination with `before_id`), `job_attempts` (oldest first), `queue_counts`, `now`,
+//! pagination with `before_id`), `job_attempts` (oldest first), `job_first_attempts`
+//! (the earliest start per job), `queue_counts`, `now`,
 //! and the connection itself: the test URL reaches the same database from a second
 //! store, and `close` makes later calls `Unavailable`.
 
 use std::collections::BTreeMap;
 
-use idem_store::{AttemptOutcome, JobList, JobState, QueueCount, StoreError};
+use idem_store::{AttemptOutcome, JobFail, JobList, JobState, QueueCount, StoreError};
 
 use crate::fixture::{
-    at, attempts, claim, complete, fail, get, ids, insert, insert_one, job, job_in, list, t0,
+    at, attempts, claim, complete, fail, get, ids, insert, insert_one, job, job_in, list, running,
+    t0,
 };
 use crate::{TestDb, open_store};
 
@@ -156,6 +158,40 @@ pub async fn read_attempts_oldest_first(db: &TestDb) {
     let fresh = insert_one(db, job("fresh"), t0()).await;
     assert!(attempts(db, fresh.id).await.is_empty());
     assert!(attempts(db, row.id + 1_000).await.is_empty());
+}
+
+/// `job_first_attempts` gives, per listed job, when its earliest recorded attempt
+/// started (a snoozed or failed one counts: it ran), in id order; a job that never ran,
+/// a missing id and an empty list give nothing.
+pub async fn read_first_attempts_are_the_earliest_start_per_job(db: &TestDb) {
+    let twice = running(db, job_in("a", "twice"), t0()).await;
+    fail(db, twice.lease_token(), Some(0), at(1))
+        .await
+        .expect("fail");
+    let again = claim(db, "a", 1, at(5_000)).await.remove(0);
+    complete(db, again.lease_token(), at(5_001))
+        .await
+        .expect("complete");
+    let snoozed = running(db, job_in("b", "snoozed"), at(2_000)).await;
+    let snooze = JobFail {
+        lease: snoozed.lease_token(),
+        error: "later".into(),
+        retry_in_ms: Some(0),
+        snooze: true,
+        now: Some(at(2_001)),
+    };
+    db.store.job_fail(snooze).await.expect("snooze");
+    claim(db, "b", 1, at(3_000)).await.remove(0);
+    let never = insert_one(db, job_in("c", "never"), t0()).await;
+    let asked = vec![never.id, snoozed.id, twice.id, twice.id + 1_000];
+    let first = db
+        .store
+        .job_first_attempts(asked)
+        .await
+        .expect("first attempts");
+    assert_eq!(first, vec![(twice.id, t0()), (snoozed.id, at(2_000))]);
+    let none = db.store.job_first_attempts(vec![]).await.expect("none");
+    assert!(none.is_empty());
 }
 
 /// `queue_counts` counts jobs per queue and state, and lists no empty pair.

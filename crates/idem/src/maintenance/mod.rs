@@ -20,7 +20,7 @@ mod purge;
 mod purger;
 mod rescuer;
 
-pub use dead_letter::{BULK_PAGE, DeadFilter};
+pub use dead_letter::{BULK_PAGE, DeadFilter, RetryRefused};
 pub use purge::DEFAULT_PURGE_BATCH;
 pub(crate) use purger::Purger;
 pub(crate) use rescuer::Rescuer;

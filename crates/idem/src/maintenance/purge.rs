@@ -19,10 +19,7 @@ impl Idem {
     /// Records of `target` created (keys) or finalized (jobs) before this time are past
     /// their retention: now (the client's clock, else the database's) minus the window.
     pub async fn purge_cutoff(&self, target: PurgeTarget) -> Result<Timestamp, IdemError> {
-        let now = match self.clock.now() {
-            Some(t) => t,
-            None => self.store.now().await?,
-        };
+        let now = self.now().await?;
         let r = &self.retention;
         let window = match target {
             PurgeTarget::EnqueueKeys => r.enqueue_keys,

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::{Horizon, retry_horizon};
+use crate::config::{Horizon, HorizonParams, human, retry_horizon};
 use crate::error::IdemError;
 use crate::job::{DEFAULT_QUEUE, check_name};
 use crate::retry::{DEFAULT_MAX_ATTEMPTS, RetryLadder};
@@ -36,6 +36,28 @@ pub const WORKER_CONNECTIONS: u32 = 7;
 
 /// Highest concurrency accepted per queue.
 pub const MAX_CONCURRENCY: usize = 10_000;
+/// Default cap on the delay a handler chooses with `JobError::retry_after`: 1 h; a longer
+/// one is clamped to it (with a warning, and noted in the attempt's error).
+///
+/// Why 1 h, and [`DEFAULT_MAX_SNOOZE`] 1 h and [`DEFAULT_MAX_SNOOZES`] 10: every delay a
+/// job can take counts in its retry horizon, which the default 3-day retention of effect
+/// and enqueue keys must cover with the 1 h margin. With every default the horizon is
+/// 1d 1h 28m 30s: the failed attempts' delays 15 h (the default ladder's four rungs under
+/// 1 h may each become 1 h: 4 h + 1h 6m + 3h 18m + 6h 36m at jitter's maximum), ten
+/// snoozes 10h 15m 50s (each 1 h plus an attempt's 1m 35s of job timeout, lease and
+/// rescue interval) and eight attempts 12m 40s. With the margin that asks for
+/// 1d 2h 28m 30s of the 3 days, so a job's keys outlive its worst case by almost two
+/// days, and an operator can still retry a dead job without force until its first
+/// attempt is 1d 21h 31m 30s old. A handler that needs to wait days should enqueue a
+/// new job with `run_at` instead: an enqueue key's window runs from the job's `run_at`.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+/// Default cap on one snooze (`JobError::snooze`): 1 h; a longer one is clamped to it.
+/// See [`DEFAULT_MAX_RETRY_AFTER`] for the horizon these defaults give.
+pub const DEFAULT_MAX_SNOOZE: Duration = Duration::from_secs(3600);
+/// Default number of snoozes a job may take: 10. A snooze beyond them counts as a failed
+/// attempt along the ladder, so a job that always snoozes still ends in `dead`. See
+/// [`DEFAULT_MAX_RETRY_AFTER`] for the horizon these defaults give.
+pub const DEFAULT_MAX_SNOOZES: i32 = 10;
 
 /// Settings of a worker; `validate` names any bad value.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +90,15 @@ pub struct WorkerConfig {
     /// many. The retry horizon, which the retention windows must cover, is computed with
     /// it.
     pub max_attempts: i32,
+    /// The longest delay a handler's `JobError::retry_after` gets: a longer one is
+    /// clamped to this. Counts in the retry horizon for every failed attempt.
+    pub max_retry_after: Duration,
+    /// The longest snooze a handler's `JobError::snooze` gets: a longer one is clamped
+    /// to this. Counts in the retry horizon for every snooze.
+    pub max_snooze: Duration,
+    /// How many snoozes a job may take (counted per job in the store, reset by an
+    /// operator retry); a snooze beyond them counts as a failed attempt along the ladder.
+    pub max_snoozes: i32,
     /// Time between purges of records past their retention; `None` = this worker does
     /// not purge (run `idem purge` or another worker's purger).
     pub purge_interval: Option<Duration>,
@@ -93,6 +124,9 @@ impl Default for WorkerConfig {
             queue_ladders: BTreeMap::new(),
             kind_ladders: BTreeMap::new(),
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
+            max_snooze: DEFAULT_MAX_SNOOZE,
+            max_snoozes: DEFAULT_MAX_SNOOZES,
             purge_interval: Some(DEFAULT_PURGE_INTERVAL),
             local_dispatch: true,
         }
@@ -123,6 +157,7 @@ impl WorkerConfig {
         self.check_queues()?;
         self.check_timing()?;
         self.check_limits()?;
+        self.check_handler_delays()?;
         self.check_ladders()
     }
 
@@ -186,6 +221,34 @@ impl WorkerConfig {
         Ok(())
     }
 
+    /// The bounds on handler-chosen delays: caps above zero, a snooze count of 0 or more.
+    fn check_handler_delays(&self) -> Result<(), IdemError> {
+        for (name, d, default) in [
+            (
+                "max_retry_after",
+                self.max_retry_after,
+                DEFAULT_MAX_RETRY_AFTER,
+            ),
+            ("max_snooze", self.max_snooze, DEFAULT_MAX_SNOOZE),
+        ] {
+            if d.is_zero() {
+                return bad(format!(
+                    "{name} is 0s; it must be above zero (a longer delay a handler asks for \
+                     is clamped to it; the default is {})",
+                    human(default)
+                ));
+            }
+        }
+        if self.max_snoozes < 0 {
+            return bad(format!(
+                "max_snoozes is {}; it must be 0 or more (0: every snooze counts as a failed \
+                 attempt; the default is {DEFAULT_MAX_SNOOZES})",
+                self.max_snoozes
+            ));
+        }
+        Ok(())
+    }
+
     /// Every ladder, the error naming the queue or kind it belongs to.
     fn check_ladders(&self) -> Result<(), IdemError> {
         self.ladder.validate().map_err(IdemError::Config)?;
@@ -243,17 +306,80 @@ impl WorkerConfig {
     }
 
     /// The worst-case time from a job's first attempt to its last under this
-    /// configuration (see [`retry_horizon`]).
+    /// configuration, every delay a job can take counted (see [`retry_horizon`]).
     pub fn horizon(&self) -> Horizon {
         let ladders = std::iter::once(&self.ladder)
             .chain(self.queue_ladders.values())
             .chain(self.kind_ladders.values());
-        retry_horizon(
-            ladders,
-            self.max_attempts,
-            self.lease,
-            self.job_timeout,
-            self.rescue_interval,
-        )
+        retry_horizon(ladders, &self.horizon_params())
+    }
+
+    /// What [`horizon`](Self::horizon) is computed from.
+    pub fn horizon_params(&self) -> HorizonParams {
+        HorizonParams {
+            max_attempts: self.max_attempts,
+            lease: self.lease,
+            job_timeout: self.job_timeout,
+            rescue_interval: self.rescue_interval,
+            max_retry_after: self.max_retry_after,
+            max_snooze: self.max_snooze,
+            max_snoozes: self.max_snoozes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(config: WorkerConfig) -> String {
+        config.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn the_defaults_are_valid() {
+        WorkerConfig::default().validate().unwrap();
+        let none = WorkerConfig {
+            max_snoozes: 0,
+            ..WorkerConfig::default()
+        };
+        none.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_bounds_on_handler_delays_are_named() {
+        let err = refusal(WorkerConfig {
+            max_retry_after: Duration::ZERO,
+            ..WorkerConfig::default()
+        });
+        assert!(err.contains("max_retry_after is 0s"), "{err}");
+        assert!(err.contains("the default is 1h"), "{err}");
+        let err = refusal(WorkerConfig {
+            max_snooze: Duration::ZERO,
+            ..WorkerConfig::default()
+        });
+        assert!(err.contains("max_snooze is 0s"), "{err}");
+        let err = refusal(WorkerConfig {
+            max_snoozes: -1,
+            ..WorkerConfig::default()
+        });
+        assert!(
+            err.contains("max_snoozes is -1; it must be 0 or more"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_horizon_follows_the_bounds_on_handler_delays() {
+        let base = WorkerConfig::default().horizon();
+        let longer = WorkerConfig {
+            max_retry_after: Duration::from_secs(2 * 3600),
+            max_snoozes: 11,
+            ..WorkerConfig::default()
+        };
+        let h = longer.horizon();
+        assert!(h.handler_delays > base.handler_delays);
+        assert_eq!(h.snoozes - base.snoozes, base.snoozes / 10);
+        assert_eq!(longer.horizon_params().max_snoozes, 11);
     }
 }

@@ -4,7 +4,8 @@
 //! A worker is configured ([`WorkerConfig`], `config.rs`), given a handler per kind
 //! ([`Worker`], `registry.rs`) and started ([`Worker::start`], here) into a set of
 //! tasks sharing one state (`shared.rs`): a claim loop per queue (`claim.rs`), a job
-//! task per claimed job (`pipeline.rs`), one heartbeat for all its leases
+//! task per claimed job (`pipeline.rs`, with `delay.rs` deciding what a failed or
+//! snoozed attempt waits), one heartbeat for all its leases
 //! (`heartbeat.rs`), a listener for other processes' announcements (`listener.rs`) and
 //! the batch completer (`crate::completer`). The running worker is a [`WorkerHandle`]
 //! (`handle.rs`) that reports what it did ([`WorkerReport`], `report.rs`) and shuts it
@@ -16,8 +17,8 @@
 //!    hand the job over already claimed instead, `crate::local`);
 //! 2. `execute` (the handler in its job's own task, under the job timeout; a panic is
 //!    a failed attempt, not a dead worker);
-//! 3. `finish` (complete, or fail along the ladder, every write carrying the claim's
-//!    fence).
+//! 3. `finish` (complete, or fail along the ladder or after the handler's delay,
+//!    clamped to the worker's bounds, every write carrying the claim's fence).
 //!
 //! Meanwhile the heartbeat extends the lease, and flags it to the handler once lost.
 //!
@@ -38,6 +39,7 @@ use crate::maintenance::{Purger, Rescuer};
 
 mod claim;
 pub(crate) mod config;
+mod delay;
 mod handle;
 mod heartbeat;
 mod listener;

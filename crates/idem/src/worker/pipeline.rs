@@ -1,6 +1,6 @@
 //! One claimed job from its handler to its final write, as named steps:
 //! `run_job` → `execute` (the handler under the job timeout) → `finish` (complete, or
-//! `fail` along the ladder).
+//! `fail` after the delay `delay.rs` decides).
 //!
 //! What must stay true: the handler runs inside its job's task, so a panic is caught
 //! here and is a failed attempt, not a dead worker; every final write carries the
@@ -17,6 +17,7 @@ use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::Shared;
+use super::delay::next_run;
 use super::report::Stats;
 use super::shared::Held;
 use crate::context::{JobContext, LeaseSignal};
@@ -138,26 +139,18 @@ enum Finished {
     LeaseLost,
 }
 
-/// Records a failed (or snoozed) attempt: retried after the error's delay or the
-/// ladder's, or `dead` when the error is permanent or attempts are used up.
+/// Records a failed (or snoozed) attempt: retried after the error's delay (clamped) or
+/// the ladder's, snoozed, or `dead` when the error is permanent or attempts are used up
+/// (see `delay.rs`).
 async fn fail(shared: &Shared, job: &JobRow, e: JobError) -> StoreResult<Finished> {
-    let config = &shared.config;
-    let snooze = e.kind == JobErrorKind::Snooze;
-    let retry_in = match e.kind {
-        JobErrorKind::Permanent => None,
-        JobErrorKind::Retry if job.attempt >= config.max_attempts => None,
-        _ => Some(e.retry_after.unwrap_or_else(|| {
-            let unit: f64 = rand::rng().random();
-            config
-                .ladder_for(&job.queue, &job.kind)
-                .delay(job.attempt, unit)
-        })),
-    };
-    tracing::debug!(job_id = job.id, attempt = job.attempt, error = %e, snooze, "attempt ended without completing");
+    let unit: f64 = rand::rng().random();
+    let next = next_run(&shared.config, job, e, unit);
+    let snooze = next.snooze;
+    tracing::debug!(job_id = job.id, attempt = job.attempt, error = %next.message, snooze, "attempt ended without completing");
     let params = JobFail {
         lease: job.lease_token(),
-        error: e.message,
-        retry_in_ms: retry_in.map(crate::client::millis),
+        error: next.message,
+        retry_in_ms: next.retry_in.map(crate::client::millis),
         snooze,
         now: shared.idem.clock.now(),
     };
