@@ -45,6 +45,10 @@ pub enum DeadCommand {
         /// again
         #[arg(long)]
         force: bool,
+        /// Config file whose retention windows and retry settings judge the retry
+        /// (default: ./idem.toml if present; else the built-in defaults)
+        #[arg(long, env = "IDEM_CONFIG")]
+        config: Option<PathBuf>,
     },
     /// Delete dead jobs with their history and enqueue keys
     Discard {
@@ -111,7 +115,12 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
         DeadCommand::Retry {
             selection: sel,
             force,
+            config,
         } => {
+            let config = crate::config::CliConfig::load(config.as_deref()).or_exit(Exit::Config)?;
+            let idem = idem
+                .with_retention(config.retention)?
+                .with_horizon(config.horizon());
             let ids = sel.ids(&idem).await?;
             let retried = match force {
                 true => idem.retry_jobs_forced(ids.clone()).await?,

@@ -141,3 +141,46 @@ fn the_help_documents_every_exit_code() {
         );
     }
 }
+
+/// `idem dead retry` judges a retry with the config file's windows and retry settings:
+/// a dead job whose first attempt is 30 h old retries under the default 3-day effect-key
+/// window, and is refused (exit 1, naming the job and `--force`) under a 2-day one, whose
+/// allowance after the default horizon and margin is about 21 h; `--force` retries it.
+#[test]
+fn dead_retry_is_judged_with_the_config_files_windows() {
+    let (tmp, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (url, id) = database_with_a_job(tmp.path(), data.path());
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let first = now_ms - 30 * 3_600_000;
+    sqlite_exec(
+        &data.path().join("idem.db"),
+        &format!(
+            "UPDATE idem_job SET state = 'dead', attempt = 1, fence = 1, finalized_at = {now_ms} \
+             WHERE id = {id};
+             INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, error, started_at, \
+             finished_at) VALUES ({id}, 1, 1, 'dead', 'boom', {first}, {first});"
+        ),
+    );
+    let config = data.path().join("two-days.toml");
+    std::fs::write(
+        &config,
+        "[retention]\nenqueue_keys = \"2d\"\neffect_keys = \"2d\"\nfinished_jobs = \"2d\"\n",
+    )
+    .unwrap();
+    let (config, id) = (config.display().to_string(), id.to_string());
+    idem_on(
+        tmp.path(),
+        &url,
+        &["dead", "retry", &id, "--config", &config],
+    )
+    .expect(CHECK_FAILED)
+    .warns(&[&id, "--force"]);
+    idem_on(
+        tmp.path(),
+        &url,
+        &["dead", "retry", &id, "--config", &config, "--force"],
+    )
+    .expect(0);
+    idem_on(tmp.path(), &url, &["jobs", "cancel", &id]).expect(0);
+    idem_on(tmp.path(), &url, &["dead", "retry", &id]).expect(0);
+}

@@ -55,7 +55,11 @@ fn lists_and_shows_print_json_and_only_json_on_stdout() {
         assert!(shown["attempts"].is_array(), "{shown}");
     }
     let queues = json(&["queues"]);
-    assert!(queues.as_array().is_some_and(|q| q.len() == 2), "{queues}");
+    assert!(
+        queues["counts"].as_array().is_some_and(|q| q.len() == 2),
+        "{queues}"
+    );
+    assert!(queues["waiting"].is_array(), "{queues}");
     assert_eq!(json(&["ledger", "verify"]), serde_json::json!([]));
     assert!(json(&["migrate", "--status"])["pending"].is_array());
     let out = idem_on(tmp.path(), &url, &["config", "check", "--json"]);
@@ -88,4 +92,19 @@ fn a_multi_line_error_prints_as_one_table_row() {
             "show lost {line:?}; {out}"
         );
     }
+}
+
+/// A job of a kind no worker has a handler for is never claimed: `idem queues` shows it
+/// waiting, by queue and kind, with how long the oldest has been due.
+#[test]
+fn queues_shows_the_kinds_that_wait() {
+    let (tmp, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let url = migrated_sqlite(tmp.path(), &data.path().join("idem.db"));
+    enqueue(tmp.path(), &url, "nobody-handles-this");
+    let out = idem_on(tmp.path(), &url, &["queues"]);
+    out.expect(0)
+        .says(&["waiting kind", "nobody-handles-this", "ago"]);
+    let json = idem_on(tmp.path(), &url, &["queues", "--json"]).json();
+    assert_eq!(json["waiting"][0]["kind"], "nobody-handles-this", "{json}");
+    assert_eq!(json["waiting"][0]["count"], 1, "{json}");
 }

@@ -163,6 +163,10 @@ impl Store for PgStore {
         ops::job_attempt::first_started(&self.pool, &ids).await
     }
 
+    async fn queue_waiting(&self) -> StoreResult<Vec<idem_store::QueueWaiting>> {
+        ops::queue::waiting(&self.pool).await
+    }
+
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>> {
         ops::queue::counts(&self.pool).await
     }

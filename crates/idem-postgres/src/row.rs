@@ -8,7 +8,7 @@
 
 use idem_store::{
     AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, LedgerEntry, LedgerMismatch,
-    QueueCount, StoreResult, Timestamp,
+    QueueCount, QueueWaiting, StoreResult, Timestamp,
 };
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -120,6 +120,16 @@ pub(crate) fn attempt(row: &PgRow) -> StoreResult<AttemptRow> {
 /// A row of `job_attempt/first_started.sql`.
 pub(crate) fn first_started(row: &PgRow) -> StoreResult<(i64, Timestamp)> {
     Ok((get(row, "job_id")?, get(row, "started_at")?))
+}
+
+/// A row of `queue/waiting.sql`.
+pub(crate) fn queue_waiting(row: &PgRow) -> StoreResult<QueueWaiting> {
+    Ok(QueueWaiting {
+        queue: get(row, "queue")?,
+        kind: get(row, "kind")?,
+        count: get(row, "count")?,
+        oldest_run_at: get(row, "oldest_run_at")?,
+    })
 }
 
 /// A row of `queue/counts.sql`.

@@ -202,6 +202,10 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn queue_waiting(&self) -> StoreResult<Vec<idem_store::QueueWaiting>> {
+        self.readers.run(ops::queue::waiting).await
+    }
+
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>> {
         self.readers.run(ops::queue::counts).await
     }

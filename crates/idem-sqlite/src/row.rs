@@ -3,7 +3,7 @@
 use chrono::TimeZone;
 use idem_store::{
     AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, LedgerEntry, LedgerMismatch,
-    QueueCount, StoreError, StoreResult, Timestamp,
+    QueueCount, QueueWaiting, StoreError, StoreResult, Timestamp,
 };
 use rusqlite::Row;
 use rusqlite::types::FromSql;
@@ -127,6 +127,16 @@ pub(crate) fn attempt(row: &Row<'_>) -> StoreResult<AttemptRow> {
 /// A row of `job_attempt/first_started.sql`.
 pub(crate) fn first_started(row: &Row<'_>) -> StoreResult<(i64, Timestamp)> {
     Ok((get(row, "job_id")?, ts(row, "started_at")?))
+}
+
+/// A row of `queue/waiting.sql`.
+pub(crate) fn queue_waiting(row: &Row<'_>) -> StoreResult<QueueWaiting> {
+    Ok(QueueWaiting {
+        queue: get(row, "queue")?,
+        kind: get(row, "kind")?,
+        count: get(row, "count")?,
+        oldest_run_at: ts(row, "oldest_run_at")?,
+    })
 }
 
 /// A row of `queue/counts.sql`.

@@ -91,6 +91,7 @@ idem_store_tests::store_cases!(
     read_attempts_oldest_first,
     read_first_attempts_are_the_earliest_start_per_job,
     read_queue_counts,
+    read_queue_waiting,
     read_now_is_the_database_clock,
     read_url_reaches_the_same_database,
     read_close_makes_calls_unavailable,

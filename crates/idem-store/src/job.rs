@@ -506,6 +506,20 @@ pub struct AttemptRow {
     pub finished_at: Timestamp,
 }
 
+/// Jobs of one kind waiting to be claimed in one queue (available, scheduled or
+/// retryable): where a kind no running worker has a handler for shows up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueWaiting {
+    /// The queue.
+    pub queue: String,
+    /// The kind.
+    pub kind: String,
+    /// How many jobs wait.
+    pub count: i64,
+    /// The earliest `run_at` among them: how long the oldest has been due, when past.
+    pub oldest_run_at: Timestamp,
+}
+
 /// Jobs of one queue in one state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueCount {

@@ -33,7 +33,7 @@ pub use error::{StoreError, StoreResult};
 pub use job::{
     AttemptOutcome, AttemptRow, EnqueueKeyTake, Enqueued, InsertClaim, Inserted, JobCancel,
     JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock,
-    JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
+    JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount, QueueWaiting,
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
 pub use maintenance::{JobDiscard, JobRetry, Purge, PurgeTarget};

@@ -65,6 +65,10 @@ pub trait Store: Send + Sync + 'static {
     /// Job counts per queue and state.
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>>;
 
+    /// Waiting jobs (available, scheduled, retryable) per queue and kind, with the
+    /// earliest `run_at` of each, ordered by queue and kind.
+    async fn queue_waiting(&self) -> StoreResult<Vec<crate::QueueWaiting>>;
+
     /// Runs a caller's read statement outside any transaction; rows of values.
     async fn query(&self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>>;
 

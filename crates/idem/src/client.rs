@@ -317,6 +317,12 @@ impl Idem {
         Ok(self.store.queue_counts().await?)
     }
 
+    /// Waiting jobs per queue and kind, with the earliest `run_at` of each: a kind no
+    /// running worker has a handler for waits here, never claimed.
+    pub async fn queue_waiting(&self) -> Result<Vec<idem_store::QueueWaiting>, IdemError> {
+        Ok(self.store.queue_waiting().await?)
+    }
+
     /// Cancels an unfinished job; a running job's worker is fenced out.
     pub async fn cancel(&self, job_id: i64) -> Result<JobRow, IdemError> {
         let now = self.clock.now();

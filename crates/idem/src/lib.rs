@@ -76,7 +76,7 @@ pub use idem_store::migration::{SchemaMigration, SchemaStatus};
 pub use idem_store::{
     AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, Enqueued,
     JobList, JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch, LedgerPosted, PurgeTarget,
-    QueueCount, SqlValue, Store, StoreError, StoreTx, Timestamp,
+    QueueCount, QueueWaiting, SqlValue, Store, StoreError, StoreTx, Timestamp,
 };
 pub use job::Job;
 pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter, RetryRefused};

@@ -1,6 +1,6 @@
-//! Per-queue counts of jobs by state (`queries/queue/`).
+//! Per-queue counts of jobs by state, and of waiting jobs by kind (`queries/queue/`).
 
-use idem_store::{QueueCount, StoreResult};
+use idem_store::{QueueCount, QueueWaiting, StoreResult};
 use sqlx::{Executor, Postgres};
 
 use crate::error::interpret_error;
@@ -15,4 +15,15 @@ where
         .await
         .map_err(interpret_error)?;
     rows.iter().map(row::queue_count).collect()
+}
+
+pub(crate) async fn waiting<'e, E>(ex: E) -> StoreResult<Vec<QueueWaiting>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../../queries/queue/waiting.sql"))
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(row::queue_waiting).collect()
 }

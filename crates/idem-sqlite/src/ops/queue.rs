@@ -1,6 +1,6 @@
-//! Per-queue counts of jobs by state (`queries/queue/`).
+//! Per-queue counts of jobs by state, and of waiting jobs by kind (`queries/queue/`).
 
-use idem_store::{QueueCount, StoreResult};
+use idem_store::{QueueCount, QueueWaiting, StoreResult};
 use rusqlite::Connection;
 
 use super::rows;
@@ -9,4 +9,9 @@ use crate::row;
 pub(crate) fn counts(c: &Connection) -> StoreResult<Vec<QueueCount>> {
     let sql = include_str!("../../queries/queue/counts.sql");
     rows(c, sql, [], row::queue_count)
+}
+
+pub(crate) fn waiting(c: &Connection) -> StoreResult<Vec<QueueWaiting>> {
+    let sql = include_str!("../../queries/queue/waiting.sql");
+    rows(c, sql, [], row::queue_waiting)
 }

@@ -319,3 +319,37 @@ pub async fn read_close_makes_calls_unavailable(db: &TestDb) {
         "the harness's store is still open"
     );
 }
+
+/// `queue_waiting` counts the waiting jobs (available, scheduled, retryable) of each queue
+/// and kind, with the earliest `run_at`; running and finished jobs are not waiting.
+pub async fn read_queue_waiting(db: &TestDb) {
+    assert!(db.store.queue_waiting().await.expect("waiting").is_empty());
+    let later = idem_store::NewJob {
+        run_at: Some(at(60_000)),
+        ..job_in("mail", "digest")
+    };
+    insert_one(db, later, t0()).await;
+    insert(
+        db,
+        vec![job_in("mail", "receipt"), job_in("mail", "receipt")],
+        at(5),
+    )
+    .await;
+    insert(db, vec![job_in("ledger", "orphan")], at(7)).await;
+    let running = running(db, job_in("busy", "receipt"), t0()).await;
+    let got: Vec<(String, String, i64, idem_store::Timestamp)> = db
+        .store
+        .queue_waiting()
+        .await
+        .expect("waiting")
+        .into_iter()
+        .map(|w| (w.queue, w.kind, w.count, w.oldest_run_at))
+        .collect();
+    let want = [
+        ("ledger", "orphan", 1, at(7)),
+        ("mail", "digest", 1, at(60_000)),
+        ("mail", "receipt", 2, at(5)),
+    ]
+    .map(|(q, k, n, t)| (q.to_owned(), k.to_owned(), n, t));
+    assert_eq!(got, want, "the running job of {} waits not", running.queue);
+}
