@@ -5,8 +5,8 @@
 //! bounded batches.
 
 use idem_store::{
-    EffectClaim, EffectClaimed, JobCompleteMany, JobLock, JobRetry, JobRow, JobState, NewJob,
-    Purge, PurgeTarget, Timestamp,
+    EffectClaim, EffectClaimed, JobCompleteMany, JobDiscard, JobLock, JobRetry, JobRow, JobState,
+    NewJob, Purge, PurgeTarget, Timestamp,
 };
 
 use super::enqueue_key::{WINDOW_MS, enqueue_one, enqueue_params, keyed};
@@ -408,4 +408,79 @@ pub async fn purge_spares_an_enqueue_key_taken_over_meanwhile(db: &TestDb) {
     let again = enqueue_one(db, keyed("rk", "third", "rk-1"), at(WINDOW_MS + 2_000)).await;
     assert!(again.deduplicated, "the key still deduplicates");
     assert_eq!(again.job.id, taken.job.id);
+}
+
+/// Which statement removes the old holder of a key being taken over.
+#[derive(Clone, Copy)]
+enum Remover {
+    /// The purge of finished jobs (the holder completed).
+    Purge,
+    /// The operator's discard (the holder dead).
+    Discard,
+}
+
+/// A job whose lapsed enqueue key a new enqueue is taking over is removed (purged or
+/// discarded) meanwhile: the statement deletes the job and "its" key, but the key is
+/// no longer its own once the take-over commits. PostgreSQL: the key's delete waits for
+/// the take-over and re-checks `job_id` against the new row version; SQLite: the remover
+/// queues behind the take-over. The key stays with the new job, which the next enqueue
+/// with it is deduplicated to.
+async fn key_taken_over_while_its_old_job_goes(db: &TestDb, remover: Remover) {
+    let old = enqueue_one(db, keyed("tk", "first", "tk-1"), t0())
+        .await
+        .job;
+    let claimed = claim(db, "tk", 1, t0()).await;
+    assert_eq!(ids(&claimed), vec![old.id]);
+    let lease = claimed[0].lease_token();
+    match remover {
+        Remover::Purge => complete(db, lease, at(1_000)).await.map(|_| ()),
+        Remover::Discard => fail(db, lease, None, at(1_000)).await.map(|_| ()),
+    }
+    .expect("finish the old job");
+    let mut take = db.store.begin().await.expect("begin");
+    let params = enqueue_params(vec![keyed("tk", "second", "tk-1")], at(WINDOW_MS + 1_000));
+    let taken = take.job_insert(params).await.expect("job_insert").remove(0);
+    assert!(!taken.deduplicated, "the lapsed key goes to the new job");
+    let store = db.store.clone();
+    let old_id = old.id;
+    let removing = spawn_started(async move {
+        match remover {
+            Remover::Purge => {
+                let params = Purge {
+                    target: PurgeTarget::FinishedJobs,
+                    before: at(2_000),
+                    limit: 10,
+                };
+                store.purge(params).await
+            }
+            Remover::Discard => {
+                let params = JobDiscard { ids: vec![old_id] };
+                store.job_discard(params).await.map(|ids| ids.len() as u64)
+            }
+        }
+    })
+    .await;
+    assert_waits_for(db, &mut take, &removing).await;
+    take.commit().await.expect("commit the take-over");
+    let removed = within(30, "the removal", removing)
+        .await
+        .expect("removal task");
+    assert_eq!(removed.expect("remove"), 1, "the old job goes");
+    assert!(db.store.job_get(old.id).await.expect("job_get").is_none());
+    let again = enqueue_one(db, keyed("tk", "third", "tk-1"), at(WINDOW_MS + 2_000)).await;
+    assert!(
+        again.deduplicated,
+        "the key taken over was deleted with the old job: {again:?}"
+    );
+    assert_eq!(again.job.id, taken.job.id);
+}
+
+/// [`key_taken_over_while_its_old_job_goes`] with the purge of finished jobs.
+pub async fn purge_of_a_job_spares_its_key_taken_over_meanwhile(db: &TestDb) {
+    key_taken_over_while_its_old_job_goes(db, Remover::Purge).await;
+}
+
+/// [`key_taken_over_while_its_old_job_goes`] with an operator's discard.
+pub async fn discard_of_a_job_spares_its_key_taken_over_meanwhile(db: &TestDb) {
+    key_taken_over_while_its_old_job_goes(db, Remover::Discard).await;
 }
