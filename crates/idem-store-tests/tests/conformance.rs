@@ -123,6 +123,7 @@ idem_store_tests::store_cases!(
     purge_finished_jobs_oldest_first,
     purge_dead_jobs_only,
     purge_effect_keys_created_before_the_cutoff,
+    purge_keeps_the_effect_keys_of_jobs_that_may_run_again,
     purge_enqueue_keys_created_before_the_cutoff,
     purge_of_a_large_table_runs_in_bounded_batches,
     purge_of_a_job_frees_its_enqueue_key,

@@ -7,7 +7,10 @@
 //!
 //! - **Enqueue-key and effect-key retention each cover the retry horizon plus
 //!   [`HORIZON_MARGIN`]** ([`Retention::check_covers`]); a worker refuses to start
-//!   otherwise, so a late retry can never find its key purged and do its effect again.
+//!   otherwise. Delays outside the horizon (a handler's long `retry_after` or snooze, a
+//!   job waiting for a worker that knows its kind, an operator's retry) are covered for
+//!   effect keys by the purge itself, which keeps the keys of a job that may still run
+//!   again (`purge/effect_keys.sql`), so a late retry never finds its key purged.
 //! - **Finished and dead jobs outlive their enqueue keys** ([`Retention::validate`]): a
 //!   deduplicated enqueue returns the first job, so that job must still exist.
 //!

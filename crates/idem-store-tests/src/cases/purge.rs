@@ -1,12 +1,13 @@
 //! `purge` and `purge_count`: each target's records older than the cutoff (strictly) are
 //! deleted oldest first, at most `limit` per call, and newer ones are kept; finished-job
 //! purges take completed and cancelled jobs with their attempts, dead-job purges dead
-//! ones, and neither ever touches a job still waiting or running. A large backlog goes in
+//! ones, and neither ever touches a job still waiting or running; effect keys of a job
+//! that may still run again (any state but completed) are kept. A large backlog goes in
 //! bounded batches.
 
 use idem_store::{
-    EffectClaim, EffectClaimed, JobCompleteMany, JobDiscard, JobLock, JobRetry, JobRow, JobState,
-    NewJob, Purge, PurgeTarget, Timestamp,
+    EffectClaim, EffectClaimed, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobLock,
+    JobRetry, JobRow, JobState, LeaseToken, NewJob, Purge, PurgeTarget, Timestamp,
 };
 
 use super::enqueue_key::{WINDOW_MS, enqueue_one, enqueue_params, keyed};
@@ -169,27 +170,37 @@ pub async fn purge_dead_jobs_only(db: &TestDb) {
     assert_eq!(snapshot(db, &kept).await, before, "the rest untouched");
 }
 
-/// Effect keys created before the cutoff go oldest first; a purged key can be claimed
-/// anew, a kept one still answers with its record; the job is untouched.
+/// Effect keys created before the cutoff by a job that has completed go oldest first; a
+/// purged key can be claimed anew, a kept one still answers with its record; the job is
+/// untouched.
 pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
     let row = running(db, job_in("e", "mail"), t0()).await;
-    let claim_at = |key: &str, ms: i64| EffectClaim {
+    let claim_at = |lease: LeaseToken, key: &str, ms: i64| EffectClaim {
         key: key.into(),
         kind: "fx".into(),
-        lease: row.lease_token(),
+        lease,
         now: Some(at(ms)),
     };
-    let lock = JobLock::of(row.lease_token());
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(lock).await.expect("lock");
+    tx.job_lock(JobLock::of(row.lease_token()))
+        .await
+        .expect("lock");
     for (key, ms) in [
         ("fx:1", 1_000),
         ("fx:2", 2_000),
         ("fx:3", 3_000),
         ("fx:4", 8_000),
     ] {
-        tx.effect_claim(claim_at(key, ms)).await.expect("claim");
+        let claim = claim_at(row.lease_token(), key, ms);
+        tx.effect_claim(claim).await.expect("claim");
     }
+    let done = tx
+        .job_complete(JobComplete {
+            lease: row.lease_token(),
+            now: Some(at(8_000)),
+        })
+        .await
+        .expect("complete");
     tx.commit().await.expect("commit");
     let keys = "SELECT key FROM idem_effect ORDER BY key";
     let (target, cutoff) = (PurgeTarget::EffectKeys, at(3_000));
@@ -201,15 +212,18 @@ pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
     assert_eq!(texts(db, keys).await, ["fx:3", "fx:4"]);
     assert_eq!(count(db, target, cutoff).await, 0);
     assert_eq!(purge(db, target, cutoff, 10).await, 0);
+    let next = running(db, job_in("e2", "mail"), t0()).await;
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(lock).await.expect("lock");
+    tx.job_lock(JobLock::of(next.lease_token()))
+        .await
+        .expect("lock");
     let purged = tx
-        .effect_claim(claim_at("fx:1", 9_000))
+        .effect_claim(claim_at(next.lease_token(), "fx:1", 9_000))
         .await
         .expect("claim");
     assert_eq!(purged, EffectClaimed::New, "a purged key is free");
     match tx
-        .effect_claim(claim_at("fx:3", 9_000))
+        .effect_claim(claim_at(next.lease_token(), "fx:3", 9_000))
         .await
         .expect("claim")
     {
@@ -217,7 +231,76 @@ pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
         EffectClaimed::New => panic!("a key created at the cutoff must be kept"),
     }
     tx.rollback().await.expect("rollback");
-    assert_eq!(get(db, row.id).await, row, "the job untouched");
+    assert_eq!(get(db, row.id).await, done, "the job untouched");
+}
+
+/// Records effect key `key` for the running job `row` at `now`.
+async fn record_key(db: &TestDb, row: &JobRow, key: &str, now: Timestamp) {
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.job_lock(JobLock::of(row.lease_token()))
+        .await
+        .expect("lock");
+    let claim = EffectClaim {
+        key: key.into(),
+        kind: "fx".into(),
+        lease: row.lease_token(),
+        now: Some(now),
+    };
+    assert_eq!(
+        tx.effect_claim(claim).await.expect("claim"),
+        EffectClaimed::New
+    );
+    tx.commit().await.expect("commit");
+}
+
+/// Effect keys past their window are kept while the job that recorded them may still
+/// run again: it is running, waiting to retry, snoozed, dead or cancelled (an operator
+/// may retry the last two), so its later attempt finds the key its earlier one
+/// committed however long it waited. They go once their job has completed or is gone.
+pub async fn purge_keeps_the_effect_keys_of_jobs_that_may_run_again(db: &TestDb) {
+    let mut jobs = Vec::new();
+    for name in [
+        "running",
+        "retryable",
+        "snoozed",
+        "dead",
+        "cancelled",
+        "completed",
+        "gone",
+    ] {
+        let row = running(db, job_in(name, name), t0()).await;
+        record_key(db, &row, name, at(1_000)).await;
+        jobs.push(row);
+    }
+    let lease = |i: usize| jobs[i].lease_token();
+    fail(db, lease(1), Some(60_000), at(2_000))
+        .await
+        .expect("fail to retryable");
+    let snooze = JobFail {
+        lease: lease(2),
+        error: "later".into(),
+        retry_in_ms: Some(60_000),
+        snooze: true,
+        now: Some(at(2_000)),
+    };
+    db.store.job_fail(snooze).await.expect("snooze");
+    fail(db, lease(3), None, at(2_000))
+        .await
+        .expect("fail to dead");
+    cancel(db, jobs[4].id, at(4_000)).await.expect("cancel");
+    complete(db, lease(5), at(4_000)).await.expect("complete");
+    complete(db, lease(6), at(2_000)).await.expect("complete");
+    assert_eq!(purge(db, PurgeTarget::FinishedJobs, at(3_000), 10).await, 1);
+    assert!(db.store.job_get(jobs[6].id).await.expect("get").is_none());
+    let (target, cutoff) = (PurgeTarget::EffectKeys, at(5_000));
+    assert_eq!(count(db, target, cutoff).await, 2);
+    assert_eq!(purge(db, target, cutoff, 10).await, 2);
+    assert_eq!(count(db, target, cutoff).await, 0);
+    let keys = "SELECT key FROM idem_effect ORDER BY key";
+    assert_eq!(
+        texts(db, keys).await,
+        ["cancelled", "dead", "retryable", "running", "snoozed"]
+    );
 }
 
 /// Enqueue keys taken before the cutoff go oldest first, their jobs stay; a purged key
