@@ -13,7 +13,16 @@
 //! both have configured maxima that count in the horizon), an operator's retry of a dead
 //! job (refused when it would outlive the effect-key window, unless forced), and a job
 //! whose kind no running worker knows, which waits for one (section 7: it waits and
-//! uses no attempt). Time is injected; every wait is on a signal or a state.
+//! uses no attempt). The purge keeps the effect keys of a job that may run again, which
+//! covers these four.
+//!
+//! The last case needs more: a job snoozed past its enqueue-key window while the
+//! producer re-sends the request. The key lapses while the first job still waits, the
+//! re-sent request becomes a second job that makes the effect, and the first one, waking
+//! after that job's effect key has passed its own window, makes it again. It fails until
+//! snoozes (and `retry_after`) are capped and counted in the horizon as section 7 says,
+//! or an enqueue key is kept while its job is unfinished. Time is injected; every wait is
+//! on a signal or a state.
 
 mod common;
 
@@ -262,9 +271,113 @@ async fn a_retry_waiting_for_its_kind_past_the_window_makes_its_effect_once(db: 
     run_again_when_due(&idem, &clock, id, now, w, runs).await;
 }
 
+/// The receipt of an order: snoozes for `snooze` on its job's first claim when asked to
+/// (before making anything), then makes the order's receipt (effect key
+/// `receipt:{order}`, the same for every job of the order) and completes. Sends the
+/// job id for each receipt transaction it committed.
+struct Receipt {
+    snooze: Duration,
+    ran: mpsc::UnboundedSender<i64>,
+}
+
+#[derive(serde::Deserialize)]
+struct Order {
+    order: i64,
+    snooze_first: bool,
+}
+
+impl Handler for Receipt {
+    const KIND: &'static str = "receipt";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = Order;
+
+    async fn run(&self, cx: &mut JobContext, o: Order) -> Result<(), JobError> {
+        let lease = cx.lease();
+        if o.snooze_first && lease.fence == 1 {
+            return Err(JobError::snooze(self.snooze));
+        }
+        let mut tx = cx.begin().await?;
+        let key = idem::EffectKey::new("receipt").part(o.order);
+        if tx.claim_effect(&key).await?.is_new() {
+            let sql = "INSERT INTO test_effect (job_id, fence, worker) VALUES ($1, $2, $3)";
+            let args = [lease.job_id.into(), lease.fence.into(), "w".into()];
+            tx.execute(sql, &args).await?;
+        }
+        tx.complete().await?;
+        let _ = self.ran.send(lease.job_id);
+        Ok(())
+    }
+}
+
+/// A request's job snoozes (before making its effect) for longer than the enqueue-key
+/// window; the producer re-sends the request once the window has passed since the
+/// key was taken, and the re-sent job makes the receipt; later the first job wakes up,
+/// after the re-sent job's effect key has passed its own window. The receipt must be
+/// made once. DESIGN.md section 7: snoozes have a configured maximum in the horizon, so
+/// the first job runs (and makes the receipt) before its key lapses; or the key of a job
+/// still waiting must not go to a second job.
+async fn a_request_resent_while_its_job_snoozes_past_the_window_makes_its_effect_once(db: &TestDb) {
+    let (idem, clock) = setup(db).await;
+    let (ran, mut receipts) = events();
+    let mut cfg: WorkerConfig = config("q", 2);
+    cfg.purge_interval = None;
+    let mut w = idem.worker(cfg).unwrap();
+    w.register(Receipt {
+        snooze: 7 * DAY,
+        ran,
+    })
+    .unwrap();
+    let w = w.start();
+    let request = |snooze_first: bool| {
+        Job::new(
+            "receipt",
+            serde_json::json!({"order": 7, "snooze_first": snooze_first}),
+        )
+        .queue("q")
+        .enqueue_key("order:7:receipt")
+    };
+    let first = idem.enqueue(request(true)).await.unwrap().job;
+    let snoozed = until(&idem, first.id, "the first job snoozes", |j| {
+        j.state == JobState::Scheduled
+    })
+    .await;
+    clock.advance(idem.retention().enqueue_keys + Duration::from_secs(1));
+    let resent = idem.enqueue(request(false)).await.unwrap();
+    if !resent.deduplicated {
+        let made = within(30, "the re-sent job's receipt", receipts.recv()).await;
+        assert_eq!(made, Some(resent.job.id));
+        until(&idem, resent.job.id, "the re-sent job completes", |j| {
+            j.state == JobState::Completed
+        })
+        .await;
+    }
+    move_to(&clock, snoozed.run_at);
+    for target in PurgeTarget::ALL {
+        idem.purge(target, 1000, |_| {}).await.expect("purge");
+    }
+    until(&idem, first.id, "the first job completes", |j| {
+        j.state == JobState::Completed
+    })
+    .await;
+    within(30, "shutdown", w.shutdown()).await;
+    let rows = effects(&idem).await;
+    assert_eq!(
+        rows.len(),
+        1,
+        "two receipts for one order ({rows:?}): the first job, snoozed for 7 days, still \
+         waited when its enqueue key lapsed after {}; the re-sent request became job {} \
+         (deduplicated: {}), and by the time the first job ran the re-sent job's effect \
+         key was past its window",
+        idem::config::human(idem.retention().enqueue_keys),
+        resent.job.id,
+        resent.deduplicated,
+    );
+}
+
 idem_store_tests::store_cases!(
     a_late_retry_after_makes_its_effect_once,
     a_late_snooze_makes_its_effect_once,
     an_operator_retry_past_the_effect_window_makes_its_effect_once,
     a_retry_waiting_for_its_kind_past_the_window_makes_its_effect_once,
+    a_request_resent_while_its_job_snoozes_past_the_window_makes_its_effect_once,
 );
