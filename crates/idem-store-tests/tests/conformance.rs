@@ -131,16 +131,22 @@ idem_store_tests::store_cases!(
     purge_finished_jobs_oldest_first,
     purge_dead_jobs_only,
     purge_effect_keys_created_before_the_cutoff,
+    purge_keeps_the_effect_keys_of_jobs_that_may_run_again,
     purge_enqueue_keys_created_before_the_cutoff,
     purge_of_a_large_table_runs_in_bounded_batches,
     purge_of_a_job_frees_its_enqueue_key,
     purge_spares_a_dead_job_retried_meanwhile,
     purge_spares_an_enqueue_key_taken_over_meanwhile,
     ledger_repair_counts_a_post_that_commits_while_it_waits,
+    purge_of_a_job_spares_its_key_taken_over_meanwhile,
+    discard_of_a_job_spares_its_key_taken_over_meanwhile,
+    enqueue_key_two_producers_take_over_a_lapsed_key_once,
 );
 
 idem_store_tests::postgres_cases!(
     heartbeat_and_complete_many_lock_in_one_order,
     effect_claim_survives_its_holder_purged_meanwhile,
     ledger_post_survives_its_entry_deleted_meanwhile,
+    lock_outlasts_a_heartbeat_beside_a_waiting_cancel,
+    ledger_repair_between_a_posts_entry_and_its_total,
 );

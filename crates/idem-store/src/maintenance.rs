@@ -33,7 +33,9 @@ pub enum PurgeTarget {
     /// Enqueue keys (`idem_enqueue_key`) whose window started before the cutoff (the
     /// later of the key's creation and its job's `run_at`).
     EnqueueKeys,
-    /// Effect dedup records (`idem_effect`) created before the cutoff.
+    /// Effect dedup records (`idem_effect`) created before the cutoff, except those of a
+    /// job that may still run again (it exists and is not completed): a late attempt of
+    /// that job must find the key its earlier attempt committed.
     EffectKeys,
     /// Completed and cancelled jobs finalized before the cutoff, with their attempts and
     /// any enqueue key they still hold.

@@ -10,7 +10,10 @@
 //! - **Enqueue-key and effect-key retention each cover the retry horizon plus
 //!   [`HORIZON_MARGIN`]** ([`Retention::check_covers`]); a worker refuses to start
 //!   otherwise, and it clamps every handler-chosen delay and counts snoozes, so a late
-//!   retry can never find its key purged and do its effect again.
+//!   retry can never find its key purged and do its effect again. Delays no setting can
+//!   bound (a backlog, a job waiting for a worker that knows its kind, a forced operator
+//!   retry) are covered for effect keys by the purge itself, which keeps the keys of a
+//!   job that may still run again (`purge/effect_keys.sql`).
 //! - **An operator retry starts a job's horizon again**, so `Idem::retry_jobs` refuses a
 //!   job whose first attempt's effect keys would expire before the new horizon ends
 //!   (`Idem::retry_jobs_forced` overrides it).

@@ -1,5 +1,16 @@
--- Purges up to ?2 effect dedup records created before ?1 (ms), oldest first; the outer
--- predicate mirrors PostgreSQL's (the single writer already serialises purges here).
+-- Purges up to ?2 effect dedup records created before ?1 (ms), oldest first, except
+-- those of a job that may still run again: a key is kept while the job that recorded it
+-- exists in any state but completed (running, waiting to retry, snoozed, dead or
+-- cancelled, which an operator may retry), so a late attempt of that job always finds
+-- the key its earlier attempt committed, however long it waited. Completed is final, and
+-- a job that is gone (purged, discarded) runs no more. The outer predicates mirror
+-- PostgreSQL's (the single writer already serialises purges here).
 DELETE FROM idem_effect
-WHERE key IN (SELECT key FROM idem_effect WHERE created_at < ?1 ORDER BY created_at LIMIT ?2)
+WHERE key IN (SELECT o.key FROM idem_effect AS o
+              WHERE o.created_at < ?1
+                AND NOT EXISTS (SELECT 1 FROM idem_job AS j
+                                WHERE j.id = o.job_id AND j.state <> 'completed')
+              ORDER BY o.created_at LIMIT ?2)
   AND created_at < ?1
+  AND NOT EXISTS (SELECT 1 FROM idem_job AS j
+                  WHERE j.id = idem_effect.job_id AND j.state <> 'completed')

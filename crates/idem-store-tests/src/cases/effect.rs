@@ -2,7 +2,7 @@
 //! the unique key answers every repeat with the record of the claim that made the
 //! effect, and a claim that is not current cannot record a key.
 
-use idem_store::{EffectClaim, EffectClaimed, JobLock, JobRow, Purge, PurgeTarget};
+use idem_store::{EffectClaim, EffectClaimed, JobComplete, JobLock, JobRow, Purge, PurgeTarget};
 
 use crate::TestDb;
 use crate::fixture::{
@@ -119,6 +119,12 @@ pub async fn effect_claim_survives_its_holder_purged_meanwhile(db: &TestDb) {
     let mut tx = db.store.begin().await.expect("begin");
     let first = tx.effect_claim(claim_of("thumbnail:9:64", &holder)).await;
     assert_eq!(first.expect("claim"), EffectClaimed::New);
+    // Completed, so the purge may take its key (a job that may run again keeps it).
+    let done = JobComplete {
+        lease: holder.lease_token(),
+        now: None,
+    };
+    tx.job_complete(done).await.expect("complete the holder");
     tx.commit().await.expect("commit");
     let current = running(db, job_in("ep2", "thumb"), t0()).await;
     let mut gate = pg_gate_after_insert(db, "idem_effect").await;

@@ -399,3 +399,30 @@ async fn assert_one_job(db: &TestDb, got: &[Enqueued]) {
         "the winner's job"
     );
 }
+
+/// Two producers take over the same lapsed key at once: the second waits for the first
+/// (PostgreSQL: on the key's row, which the first updated; SQLite: for the writer) and
+/// then judges the window on the row the first committed, which starts now: it is
+/// deduplicated to the first one's job. Two jobs in all, the old holder and one new.
+pub async fn enqueue_key_two_producers_take_over_a_lapsed_key_once(db: &TestDb) {
+    let old = enqueue_one(db, keyed(QUEUE, "old", "lapsed"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    let params = enqueue_params(vec![keyed(QUEUE, "a", "lapsed")], at(WINDOW_MS + 1_000));
+    let first = tx.job_insert(params).await.expect("insert in tx").remove(0);
+    assert!(!first.deduplicated, "the lapsed key goes to the new job");
+    let store = db.store.clone();
+    let params = enqueue_params(vec![keyed(QUEUE, "b", "lapsed")], at(WINDOW_MS + 2_000));
+    let racer = spawn_started(async move { store.job_insert(params).await }).await;
+    assert_waits_for(db, &mut tx, &racer).await;
+    tx.commit().await.expect("commit");
+    let second = within(30, "the racing take-over", racer)
+        .await
+        .expect("racer task")
+        .expect("racing job_insert")
+        .remove(0);
+    assert!(second.deduplicated, "two take-overs of one key: {second:?}");
+    assert_eq!(second.job.id, first.job.id);
+    let mut stored = ids(&all_jobs(db).await);
+    stored.sort_unstable();
+    assert_eq!(stored, vec![old.job.id, first.job.id]);
+}

@@ -399,3 +399,60 @@ where
     });
     (pid_rx.await.expect("the task reports its pid"), task)
 }
+
+/// PostgreSQL: while an effect transaction holds its job (`FOR KEY SHARE`) and a cancel
+/// waits for it (`FOR UPDATE`), the worker's heartbeat does not queue behind the waiting
+/// cancel (its `FOR NO KEY UPDATE` does not conflict with the held lock), and the row
+/// version the heartbeat writes still carries the effect transaction's lock: a rescue
+/// past the renewed lease skips the job. The effect transaction then completes the job
+/// and the cancel finds it completed.
+pub async fn lock_outlasts_a_heartbeat_beside_a_waiting_cancel(db: &TestDb) {
+    let row = running(db, job("effect"), t0()).await;
+    let lease = row.lease_token();
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.job_lock(JobLock::of(lease)).await.expect("job_lock");
+    let store = db.store.clone();
+    let params = JobCancel {
+        job_id: row.id,
+        now: Some(at(2_000)),
+    };
+    let cancel = spawn_started(async move { store.job_cancel(params).await }).await;
+    assert_waits_for(db, &mut tx, &cancel).await;
+    let renewed = within(
+        30,
+        "a heartbeat beside a waiting cancel",
+        heartbeat(db, vec![lease], LEASE_MS, at(5_000)),
+    )
+    .await;
+    assert_eq!(
+        renewed,
+        vec![LeaseRenewal {
+            job_id: row.id,
+            fence: row.fence,
+            lease_expires_at: at(5_000 + LEASE_MS),
+        }]
+    );
+    let rescued = rescue(db, at(5_000 + 10 * LEASE_MS)).await;
+    assert!(
+        rescued.is_empty(),
+        "rescued a job whose effect transaction is open: {rescued:?}"
+    );
+    assert!(!cancel.is_finished(), "the cancel waits for the lock");
+    let done = tx
+        .job_complete(JobComplete {
+            lease,
+            now: Some(at(6_000)),
+        })
+        .await
+        .expect("complete under the lock");
+    tx.commit().await.expect("commit");
+    let result = within(30, "cancel after the lock", cancel)
+        .await
+        .expect("cancel task");
+    assert!(
+        matches!(result, Err(StoreError::Conflict(_))),
+        "cancel got {result:?}"
+    );
+    assert_eq!(get(db, row.id).await, done);
+    assert_eq!(outcomes(db, row.id).await, vec![AttemptOutcome::Completed]);
+}

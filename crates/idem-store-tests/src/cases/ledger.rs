@@ -172,3 +172,43 @@ pub async fn ledger_post_survives_its_entry_deleted_meanwhile(db: &TestDb) {
     assert!(db.store.ledger_verify().await.expect("verify").is_empty());
     assert_eq!(balances(db).await, vec![("dave".into(), 7)]);
 }
+
+/// PostgreSQL: a repair that runs between a post's entry insert and its move of the
+/// total (the gap held open with a gate) sums the committed entries only and does not
+/// wait (the post holds no lock on the total yet); the post then moves the repaired
+/// total by its amount. Totals equal their entries afterwards.
+pub async fn ledger_repair_between_a_posts_entry_and_its_total(db: &TestDb) {
+    let job = running(db, job_in("l6", "transfer"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.ledger_post(post(&job, "g1", "erin", 10))
+        .await
+        .expect("post");
+    let corrupt = "UPDATE idem_ledger_balance SET balance = 0 WHERE account = 'erin'";
+    tx.execute(corrupt, &[]).await.expect("corrupt");
+    tx.commit().await.expect("commit");
+    let found = db.store.ledger_verify().await.expect("verify");
+    assert_eq!(found.len(), 1, "{found:?}");
+    let mut gate = pg_gate_after_insert(db, "idem_ledger_entry").await;
+    let store = db.store.clone();
+    let lease = job.lease_token();
+    let again = post(&job, "g2", "erin", 5);
+    let posting = spawn_started(async move {
+        let mut tx = store.begin().await?;
+        tx.job_lock(JobLock::of(lease)).await?;
+        let posted = tx.ledger_post(again).await?;
+        tx.commit().await?;
+        Ok::<_, idem_store::StoreError>(posted)
+    })
+    .await;
+    assert_waits_for(db, &mut gate, &posting).await;
+    let mut repair = db.store.begin().await.expect("begin");
+    within(30, "the repair in the gap", repair.ledger_rebuild(found))
+        .await
+        .expect("rebuild");
+    repair.commit().await.expect("commit the repair");
+    gate.commit().await.expect("open the gate");
+    let posted = within(30, "the post", posting).await.expect("post task");
+    assert_eq!(posted.expect("post"), LedgerPosted::New);
+    assert!(db.store.ledger_verify().await.expect("verify").is_empty());
+    assert_eq!(balances(db).await, vec![("erin".into(), 15)]);
+}

@@ -1,12 +1,13 @@
 //! `purge` and `purge_count`: each target's records older than the cutoff (strictly) are
 //! deleted oldest first, at most `limit` per call, and newer ones are kept; finished-job
 //! purges take completed and cancelled jobs with their attempts, dead-job purges dead
-//! ones, and neither ever touches a job still waiting or running. A large backlog goes in
+//! ones, and neither ever touches a job still waiting or running; effect keys of a job
+//! that may still run again (any state but completed) are kept. A large backlog goes in
 //! bounded batches.
 
 use idem_store::{
-    EffectClaim, EffectClaimed, JobCompleteMany, JobLock, JobRetry, JobRow, JobState, NewJob,
-    Purge, PurgeTarget, Timestamp,
+    EffectClaim, EffectClaimed, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobLock,
+    JobRetry, JobRow, JobState, LeaseToken, NewJob, Purge, PurgeTarget, Timestamp,
 };
 
 use super::enqueue_key::{WINDOW_MS, enqueue_one, enqueue_params, keyed};
@@ -169,27 +170,37 @@ pub async fn purge_dead_jobs_only(db: &TestDb) {
     assert_eq!(snapshot(db, &kept).await, before, "the rest untouched");
 }
 
-/// Effect keys created before the cutoff go oldest first; a purged key can be claimed
-/// anew, a kept one still answers with its record; the job is untouched.
+/// Effect keys created before the cutoff by a job that has completed go oldest first; a
+/// purged key can be claimed anew, a kept one still answers with its record; the job is
+/// untouched.
 pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
     let row = running(db, job_in("e", "mail"), t0()).await;
-    let claim_at = |key: &str, ms: i64| EffectClaim {
+    let claim_at = |lease: LeaseToken, key: &str, ms: i64| EffectClaim {
         key: key.into(),
         kind: "fx".into(),
-        lease: row.lease_token(),
+        lease,
         now: Some(at(ms)),
     };
-    let lock = JobLock::of(row.lease_token());
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(lock).await.expect("lock");
+    tx.job_lock(JobLock::of(row.lease_token()))
+        .await
+        .expect("lock");
     for (key, ms) in [
         ("fx:1", 1_000),
         ("fx:2", 2_000),
         ("fx:3", 3_000),
         ("fx:4", 8_000),
     ] {
-        tx.effect_claim(claim_at(key, ms)).await.expect("claim");
+        let claim = claim_at(row.lease_token(), key, ms);
+        tx.effect_claim(claim).await.expect("claim");
     }
+    let done = tx
+        .job_complete(JobComplete {
+            lease: row.lease_token(),
+            now: Some(at(8_000)),
+        })
+        .await
+        .expect("complete");
     tx.commit().await.expect("commit");
     let keys = "SELECT key FROM idem_effect ORDER BY key";
     let (target, cutoff) = (PurgeTarget::EffectKeys, at(3_000));
@@ -201,15 +212,18 @@ pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
     assert_eq!(texts(db, keys).await, ["fx:3", "fx:4"]);
     assert_eq!(count(db, target, cutoff).await, 0);
     assert_eq!(purge(db, target, cutoff, 10).await, 0);
+    let next = running(db, job_in("e2", "mail"), t0()).await;
     let mut tx = db.store.begin().await.expect("begin");
-    tx.job_lock(lock).await.expect("lock");
+    tx.job_lock(JobLock::of(next.lease_token()))
+        .await
+        .expect("lock");
     let purged = tx
-        .effect_claim(claim_at("fx:1", 9_000))
+        .effect_claim(claim_at(next.lease_token(), "fx:1", 9_000))
         .await
         .expect("claim");
     assert_eq!(purged, EffectClaimed::New, "a purged key is free");
     match tx
-        .effect_claim(claim_at("fx:3", 9_000))
+        .effect_claim(claim_at(next.lease_token(), "fx:3", 9_000))
         .await
         .expect("claim")
     {
@@ -217,7 +231,76 @@ pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
         EffectClaimed::New => panic!("a key created at the cutoff must be kept"),
     }
     tx.rollback().await.expect("rollback");
-    assert_eq!(get(db, row.id).await, row, "the job untouched");
+    assert_eq!(get(db, row.id).await, done, "the job untouched");
+}
+
+/// Records effect key `key` for the running job `row` at `now`.
+async fn record_key(db: &TestDb, row: &JobRow, key: &str, now: Timestamp) {
+    let mut tx = db.store.begin().await.expect("begin");
+    tx.job_lock(JobLock::of(row.lease_token()))
+        .await
+        .expect("lock");
+    let claim = EffectClaim {
+        key: key.into(),
+        kind: "fx".into(),
+        lease: row.lease_token(),
+        now: Some(now),
+    };
+    assert_eq!(
+        tx.effect_claim(claim).await.expect("claim"),
+        EffectClaimed::New
+    );
+    tx.commit().await.expect("commit");
+}
+
+/// Effect keys past their window are kept while the job that recorded them may still
+/// run again: it is running, waiting to retry, snoozed, dead or cancelled (an operator
+/// may retry the last two), so its later attempt finds the key its earlier one
+/// committed however long it waited. They go once their job has completed or is gone.
+pub async fn purge_keeps_the_effect_keys_of_jobs_that_may_run_again(db: &TestDb) {
+    let mut jobs = Vec::new();
+    for name in [
+        "running",
+        "retryable",
+        "snoozed",
+        "dead",
+        "cancelled",
+        "completed",
+        "gone",
+    ] {
+        let row = running(db, job_in(name, name), t0()).await;
+        record_key(db, &row, name, at(1_000)).await;
+        jobs.push(row);
+    }
+    let lease = |i: usize| jobs[i].lease_token();
+    fail(db, lease(1), Some(60_000), at(2_000))
+        .await
+        .expect("fail to retryable");
+    let snooze = JobFail {
+        lease: lease(2),
+        error: "later".into(),
+        retry_in_ms: Some(60_000),
+        snooze: true,
+        now: Some(at(2_000)),
+    };
+    db.store.job_fail(snooze).await.expect("snooze");
+    fail(db, lease(3), None, at(2_000))
+        .await
+        .expect("fail to dead");
+    cancel(db, jobs[4].id, at(4_000)).await.expect("cancel");
+    complete(db, lease(5), at(4_000)).await.expect("complete");
+    complete(db, lease(6), at(2_000)).await.expect("complete");
+    assert_eq!(purge(db, PurgeTarget::FinishedJobs, at(3_000), 10).await, 1);
+    assert!(db.store.job_get(jobs[6].id).await.expect("get").is_none());
+    let (target, cutoff) = (PurgeTarget::EffectKeys, at(5_000));
+    assert_eq!(count(db, target, cutoff).await, 2);
+    assert_eq!(purge(db, target, cutoff, 10).await, 2);
+    assert_eq!(count(db, target, cutoff).await, 0);
+    let keys = "SELECT key FROM idem_effect ORDER BY key";
+    assert_eq!(
+        texts(db, keys).await,
+        ["cancelled", "dead", "retryable", "running", "snoozed"]
+    );
 }
 
 /// Enqueue keys taken before the cutoff go oldest first, their jobs stay; a purged key
@@ -408,4 +491,79 @@ pub async fn purge_spares_an_enqueue_key_taken_over_meanwhile(db: &TestDb) {
     let again = enqueue_one(db, keyed("rk", "third", "rk-1"), at(WINDOW_MS + 2_000)).await;
     assert!(again.deduplicated, "the key still deduplicates");
     assert_eq!(again.job.id, taken.job.id);
+}
+
+/// Which statement removes the old holder of a key being taken over.
+#[derive(Clone, Copy)]
+enum Remover {
+    /// The purge of finished jobs (the holder completed).
+    Purge,
+    /// The operator's discard (the holder dead).
+    Discard,
+}
+
+/// A job whose lapsed enqueue key a new enqueue is taking over is removed (purged or
+/// discarded) meanwhile: the statement deletes the job and "its" key, but the key is
+/// no longer its own once the take-over commits. PostgreSQL: the key's delete waits for
+/// the take-over and re-checks `job_id` against the new row version; SQLite: the remover
+/// queues behind the take-over. The key stays with the new job, which the next enqueue
+/// with it is deduplicated to.
+async fn key_taken_over_while_its_old_job_goes(db: &TestDb, remover: Remover) {
+    let old = enqueue_one(db, keyed("tk", "first", "tk-1"), t0())
+        .await
+        .job;
+    let claimed = claim(db, "tk", 1, t0()).await;
+    assert_eq!(ids(&claimed), vec![old.id]);
+    let lease = claimed[0].lease_token();
+    match remover {
+        Remover::Purge => complete(db, lease, at(1_000)).await.map(|_| ()),
+        Remover::Discard => fail(db, lease, None, at(1_000)).await.map(|_| ()),
+    }
+    .expect("finish the old job");
+    let mut take = db.store.begin().await.expect("begin");
+    let params = enqueue_params(vec![keyed("tk", "second", "tk-1")], at(WINDOW_MS + 1_000));
+    let taken = take.job_insert(params).await.expect("job_insert").remove(0);
+    assert!(!taken.deduplicated, "the lapsed key goes to the new job");
+    let store = db.store.clone();
+    let old_id = old.id;
+    let removing = spawn_started(async move {
+        match remover {
+            Remover::Purge => {
+                let params = Purge {
+                    target: PurgeTarget::FinishedJobs,
+                    before: at(2_000),
+                    limit: 10,
+                };
+                store.purge(params).await
+            }
+            Remover::Discard => {
+                let params = JobDiscard { ids: vec![old_id] };
+                store.job_discard(params).await.map(|ids| ids.len() as u64)
+            }
+        }
+    })
+    .await;
+    assert_waits_for(db, &mut take, &removing).await;
+    take.commit().await.expect("commit the take-over");
+    let removed = within(30, "the removal", removing)
+        .await
+        .expect("removal task");
+    assert_eq!(removed.expect("remove"), 1, "the old job goes");
+    assert!(db.store.job_get(old.id).await.expect("job_get").is_none());
+    let again = enqueue_one(db, keyed("tk", "third", "tk-1"), at(WINDOW_MS + 2_000)).await;
+    assert!(
+        again.deduplicated,
+        "the key taken over was deleted with the old job: {again:?}"
+    );
+    assert_eq!(again.job.id, taken.job.id);
+}
+
+/// [`key_taken_over_while_its_old_job_goes`] with the purge of finished jobs.
+pub async fn purge_of_a_job_spares_its_key_taken_over_meanwhile(db: &TestDb) {
+    key_taken_over_while_its_old_job_goes(db, Remover::Purge).await;
+}
+
+/// [`key_taken_over_while_its_old_job_goes`] with an operator's discard.
+pub async fn discard_of_a_job_spares_its_key_taken_over_meanwhile(db: &TestDb) {
+    key_taken_over_while_its_old_job_goes(db, Remover::Discard).await;
 }

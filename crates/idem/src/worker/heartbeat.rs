@@ -37,8 +37,7 @@ pub(super) async fn heartbeat_loop(shared: Arc<Shared>, mut stop: watch::Receive
     }
 }
 
-/// Raises the lost-lease signal of every claim sent but not renewed that is still held
-/// under the same fence.
+/// Raises the lost-lease signal of every claim sent but not renewed that is still held.
 fn mark_lost(shared: &Shared, sent: &[LeaseToken], renewed: &[idem_store::LeaseRenewal]) {
     let kept: HashSet<LeaseToken> = renewed
         .iter()
@@ -50,8 +49,7 @@ fn mark_lost(shared: &Shared, sent: &[LeaseToken], renewed: &[idem_store::LeaseR
     let held = shared.held.lock().expect("held lock poisoned");
     for token in sent {
         let kept = kept.contains(token);
-        if let (false, Some(h)) = (kept, held.get(&token.job_id))
-            && h.fence == token.fence
+        if let (false, Some(h)) = (kept, held.get(token))
             && !h.lost.raise()
         {
             tracing::warn!(job_id = token.job_id, fence = token.fence, "lease lost");

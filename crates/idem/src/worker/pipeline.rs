@@ -31,7 +31,7 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaph
         .held
         .lock()
         .expect("held lock poisoned")
-        .remove(&job.id);
+        .remove(&job.lease_token());
     shared.job_ended();
 }
 
@@ -39,15 +39,12 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaph
 /// completed the job in its effect transaction.
 async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
     let lost = Arc::new(LeaseSignal::default());
-    let held = Held {
-        fence: job.fence,
-        lost: lost.clone(),
-    };
+    let held = Held { lost: lost.clone() };
     shared
         .held
         .lock()
         .expect("held lock poisoned")
-        .insert(job.id, held);
+        .insert(job.lease_token(), held);
     let Some(handler) = shared.handlers.get(&job.kind).cloned() else {
         return Err(JobError::retry(unknown_kind(shared, &job.kind)));
     };

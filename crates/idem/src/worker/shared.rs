@@ -1,8 +1,11 @@
 //! `Shared`: the state a running worker's tasks share (claim loops, jobs, heartbeat,
 //! listener, the handle), and `Held`, one claim the worker holds.
 //!
-//! What must stay true: a job is in `held` from the moment its handler is about to run
-//! until its final write, so the heartbeat extends exactly the leases still in use;
+//! What must stay true: a claim is in `held` from the moment its handler is about to run
+//! until its final write, so the heartbeat extends exactly the leases still in use; it is
+//! held under its lease (job id and fence), because one worker may hold two claims of the
+//! same job at once (the first lost, its handler still running, the job claimed again),
+//! and the end of the stale one must not take the live one's lease out of the heartbeat;
 //! `running` counts every slot taken (by a claim or a local enqueue's reservation) and
 //! is decremented once per slot, so a shutdown that waits for it to reach zero waits
 //! for every job.
@@ -22,9 +25,8 @@ use crate::completer::Completer;
 use crate::context::LeaseSignal;
 use crate::handler::ErasedHandler;
 
-/// A claim this worker holds.
+/// A claim this worker holds (under its [`LeaseToken`] in [`Shared::held`]).
 pub(super) struct Held {
-    pub(super) fence: i64,
     pub(super) lost: Arc<LeaseSignal>,
 }
 
@@ -45,7 +47,7 @@ pub(crate) struct Shared {
     pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
     /// The kinds of `handlers`, sorted: the only kinds its claims take.
     pub(super) kinds: Vec<String>,
-    pub(super) held: Mutex<HashMap<i64, Held>>,
+    pub(super) held: Mutex<HashMap<LeaseToken, Held>>,
     pub(super) stats: Stats,
     running: AtomicUsize,
     idle: tokio::sync::Notify,
@@ -93,12 +95,7 @@ impl Shared {
     /// The leases of every claim held now.
     pub(super) fn tokens(&self) -> Vec<LeaseToken> {
         let held = self.held.lock().expect("held lock poisoned");
-        held.iter()
-            .map(|(id, h)| LeaseToken {
-                job_id: *id,
-                fence: h.fence,
-            })
-            .collect()
+        held.keys().copied().collect()
     }
 
     pub(crate) fn lease_ms(&self) -> i64 {
