@@ -109,6 +109,7 @@ idem_store_tests::store_cases!(
     enqueue_key_dedups_inside_the_window,
     enqueue_key_is_free_again_after_the_window,
     enqueue_key_window_runs_from_the_jobs_run_at,
+    enqueue_key_holds_while_its_job_may_run,
     enqueue_key_twice_in_one_batch_is_one_job,
     enqueue_key_batch_keeps_the_input_order,
     enqueue_key_follows_the_callers_transaction,

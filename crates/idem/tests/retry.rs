@@ -321,8 +321,17 @@ async fn enqueue_keys_deduplicate_inside_the_window(db: &TestDb) {
     clock.advance(window - Duration::from_millis(1));
     assert!(idem.enqueue(keyed("order:1")).await.unwrap().deduplicated);
     clock.advance(Duration::from_millis(2));
+    let waiting = idem.enqueue(keyed("order:1")).await.unwrap();
+    assert!(
+        waiting.deduplicated,
+        "past the window, but its job may still run"
+    );
+    idem.cancel(first.id).await.unwrap();
     let anew = idem.enqueue(keyed("order:1")).await.unwrap();
-    assert!(!anew.deduplicated, "the window has passed");
+    assert!(
+        !anew.deduplicated,
+        "the window has passed and its job has finished"
+    );
     assert_ne!(anew.id, first.id);
     let all = idem.jobs(idem::JobList {
         limit: 100,

@@ -1,7 +1,9 @@
 -- Takes the enqueue keys of jobs just inserted. $1: JSON array of {queue, key, job_id};
 -- $2: the window in ms; $3: now as timestamptz, NULL = database clock. A key not held is
--- inserted; a key whose window started before now - window is handed to the new job; a
--- key inside its window is left alone. A key's window starts at the later of its
+-- inserted; a key whose window started before now - window, and whose job has finished
+-- (or is gone), is handed to the new job; any other key is left alone: a key never
+-- lapses while its job may still run, however long it waits (a backlog, a kind no worker
+-- handles yet), so a re-sent request never becomes a second job beside it. A key's window starts at the later of its
 -- creation and its job's run_at (read from the job inserted in this transaction), so a
 -- job scheduled ahead keeps its key until it has run. Returns the job ids that got
 -- their key.
@@ -19,4 +21,7 @@ ON CONFLICT (queue, key) DO UPDATE
         created_at = excluded.created_at,
         window_start = excluded.window_start
     WHERE k.window_start < excluded.created_at - $2::bigint * interval '1 millisecond'
+      AND NOT EXISTS (SELECT 1 FROM idem_job AS h
+                      WHERE h.id = k.job_id
+                        AND h.state IN ('scheduled', 'available', 'running', 'retryable'))
 RETURNING job_id

@@ -1,2 +1,7 @@
--- How many enqueue keys' windows started before ?1 (ms).
-SELECT count(*) FROM idem_enqueue_key WHERE window_start < ?1
+-- How many enqueue keys purge/enqueue_keys.sql would delete with cutoff ?1 (ms):
+-- windows started before it, and no job that may still run.
+SELECT count(*) FROM idem_enqueue_key AS k
+WHERE k.window_start < ?1
+  AND NOT EXISTS (SELECT 1 FROM idem_job AS h
+                  WHERE h.id = k.job_id
+                    AND h.state IN ('scheduled', 'available', 'running', 'retryable'))

@@ -90,10 +90,12 @@ pub async fn enqueue_key_dedups_inside_the_window(db: &TestDb) {
 
 /// The window runs from when the key was taken: a key taken exactly `key_window_ms`
 /// before `now` is still held (one millisecond less too), and a deduplicated insert does
-/// not extend it; one millisecond later it is free, the insert is new and the key now
-/// belongs to the new job, with a window of its own.
+/// not extend it; one millisecond later it is free (its job has finished: see
+/// `enqueue_key_holds_while_its_job_may_run`), the insert is new and the key now belongs
+/// to the new job, with a window of its own.
 pub async fn enqueue_key_is_free_again_after_the_window(db: &TestDb) {
     let first = enqueue_one(db, keyed(QUEUE, "a", "nightly"), t0()).await;
+    finish(db, &first).await;
     for (kind, now) in [("b", at(WINDOW_MS - 1)), ("c", at(WINDOW_MS))] {
         let inside = enqueue_one(db, keyed(QUEUE, kind, "nightly"), now).await;
         assert!(inside.deduplicated, "at {now}: {inside:?}");
@@ -119,7 +121,8 @@ pub async fn enqueue_key_is_free_again_after_the_window(db: &TestDb) {
 /// A key's window runs from the later of its creation and its job's `run_at`: the key of
 /// a job scheduled beyond the window still deduplicates a re-sent request after the
 /// window has passed since its creation, until the window has passed since the job's
-/// `run_at`; and a purge with a cutoff between the two leaves it.
+/// `run_at`; and a purge with a cutoff between the two leaves it. (The job is cancelled
+/// at once, so only the window holds the key.)
 pub async fn enqueue_key_window_runs_from_the_jobs_run_at(db: &TestDb) {
     let run_at = at(4 * WINDOW_MS);
     let scheduled = NewJob {
@@ -128,6 +131,7 @@ pub async fn enqueue_key_window_runs_from_the_jobs_run_at(db: &TestDb) {
     };
     let first = enqueue_one(db, scheduled, t0()).await;
     assert_eq!(first.job.state, JobState::Scheduled);
+    finish(db, &first).await;
     let resent = enqueue_one(
         db,
         keyed(QUEUE, "report", "month:2030-06"),
@@ -150,6 +154,45 @@ pub async fn enqueue_key_window_runs_from_the_jobs_run_at(db: &TestDb) {
     assert!(
         !outside.deduplicated,
         "past the window after run_at: {outside:?}"
+    );
+}
+
+/// Finishes `held`'s job (cancels it while it waits), so that its key lapses with its
+/// window alone.
+pub(crate) async fn finish(db: &TestDb, held: &Enqueued) {
+    let cancelled = crate::fixture::cancel(db, held.job.id, held.job.created_at).await;
+    assert_eq!(cancelled.expect("cancel").state, JobState::Cancelled);
+}
+
+/// A key never lapses while its job may still run (scheduled, available, running,
+/// retryable), however long past its window: a job waiting in a backlog, or for a worker
+/// that knows its kind, deduplicates a re-sent request and keeps its key through purges;
+/// once it has finished, the key lapses with its window.
+pub async fn enqueue_key_holds_while_its_job_may_run(db: &TestDb) {
+    let first = enqueue_one(db, keyed(QUEUE, "waits", "order:9"), t0()).await;
+    let late = at(5 * WINDOW_MS);
+    let resent = enqueue_one(db, keyed(QUEUE, "waits", "order:9"), late).await;
+    assert!(resent.deduplicated, "its job still waits: {resent:?}");
+    assert_eq!(resent.job.id, first.job.id);
+    let purge = idem_store::Purge {
+        target: idem_store::PurgeTarget::EnqueueKeys,
+        before: late,
+        limit: 10,
+    };
+    let count = db.store.purge_count(purge.target, purge.before).await;
+    assert_eq!(count.expect("purge_count"), 0);
+    assert_eq!(db.store.purge(purge).await.expect("purge"), 0);
+    let running = claim(db, QUEUE, 1, late).await.remove(0);
+    let again = enqueue_one(db, keyed(QUEUE, "waits", "order:9"), late).await;
+    assert!(again.deduplicated, "its job runs: {again:?}");
+    complete(db, running.lease_token(), late)
+        .await
+        .expect("complete");
+    let after = at(5 * WINDOW_MS + 1);
+    let fresh = enqueue_one(db, keyed(QUEUE, "waits", "order:9"), after).await;
+    assert!(
+        !fresh.deduplicated,
+        "finished and past its window: {fresh:?}"
     );
 }
 
@@ -406,6 +449,7 @@ async fn assert_one_job(db: &TestDb, got: &[Enqueued]) {
 /// deduplicated to the first one's job. Two jobs in all, the old holder and one new.
 pub async fn enqueue_key_two_producers_take_over_a_lapsed_key_once(db: &TestDb) {
     let old = enqueue_one(db, keyed(QUEUE, "old", "lapsed"), t0()).await;
+    finish(db, &old).await;
     let mut tx = db.store.begin().await.expect("begin");
     let params = enqueue_params(vec![keyed(QUEUE, "a", "lapsed")], at(WINDOW_MS + 1_000));
     let first = tx.job_insert(params).await.expect("insert in tx").remove(0);

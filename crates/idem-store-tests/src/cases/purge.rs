@@ -10,7 +10,7 @@ use idem_store::{
     JobRetry, JobRow, JobState, LeaseToken, NewJob, Purge, PurgeTarget, Timestamp,
 };
 
-use super::enqueue_key::{WINDOW_MS, enqueue_one, enqueue_params, keyed};
+use super::enqueue_key::{WINDOW_MS, enqueue_one, enqueue_params, finish, keyed};
 use crate::TestDb;
 use crate::fixture::{
     assert_waits_for, at, attempts, cancel, claim, complete, fail, get, ids, insert, insert_one,
@@ -308,7 +308,9 @@ pub async fn purge_keeps_the_effect_keys_of_jobs_that_may_run_again(db: &TestDb)
 pub async fn purge_enqueue_keys_created_before_the_cutoff(db: &TestDb) {
     let mut jobs = Vec::new();
     for (key, ms) in [("k1", 1_000), ("k2", 2_000), ("k3", 3_000), ("k4", 8_000)] {
-        jobs.push(enqueue_one(db, keyed("q", key, key), at(ms)).await.job);
+        let held = enqueue_one(db, keyed("q", key, key), at(ms)).await;
+        finish(db, &held).await;
+        jobs.push(get(db, held.job.id).await);
     }
     let before = snapshot(db, &jobs).await;
     let keys = "SELECT key FROM idem_enqueue_key ORDER BY key";
@@ -474,7 +476,8 @@ pub async fn purge_spares_a_dead_job_retried_meanwhile(db: &TestDb) {
 /// key over (with a fresh time) leaves the key to the new job once that commits: the
 /// next enqueue with the key is deduplicated to it, never a second job.
 pub async fn purge_spares_an_enqueue_key_taken_over_meanwhile(db: &TestDb) {
-    enqueue_one(db, keyed("rk", "first", "rk-1"), t0()).await;
+    let first = enqueue_one(db, keyed("rk", "first", "rk-1"), t0()).await;
+    finish(db, &first).await;
     let later = at(WINDOW_MS + 1_000);
     let mut take = db.store.begin().await.expect("begin");
     let taken = take
