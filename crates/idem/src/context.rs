@@ -117,7 +117,8 @@ impl JobContext {
         let mut tx = self.idem.store.begin().await?;
         let lock = JobLock {
             lease: self.lease(),
-            idle_timeout_ms: Some(crate::client::millis(self.lease_length)),
+            // PostgreSQL's setting is an int of milliseconds (about 24.8 days at most).
+            idle_timeout_ms: Some(crate::client::millis(self.lease_length).min(i32::MAX.into())),
         };
         tx.job_lock(lock).await?;
         Ok(EffectTx {

@@ -5,23 +5,27 @@
 -- second job beside it.
 -- The predicates stand on the outer DELETE as well as in the subquery: a delete that
 -- waited for a key a concurrent enqueue was taking over (with a fresh window) re-checks
--- only its own WHERE against the new row version, so the taken-over key stays. A job's
--- state is read by the statement's snapshot; a job that finishes after it keeps its key
--- until the next purge, the safe side.
+-- its own WHERE against the new row version, so the taken-over key stays. A job's state
+-- is read by the statement's snapshot; a job that finishes after it keeps its key until
+-- the next purge, the safe side.
+-- PostgreSQL dialect: the picked rows come as an array of row addresses (ctid, an
+-- InitPlan evaluated once), so the delete reaches each directly instead of scanning
+-- every key past the cutoff on every batch; a row a concurrent take-over replaced has
+-- moved and is skipped at the re-check. The job's state is a scalar subquery, one
+-- primary-key lookup per key.
 WITH gone AS (
     DELETE FROM idem_enqueue_key AS k
-    WHERE (k.queue, k.key) IN (
-            SELECT o.queue, o.key FROM idem_enqueue_key AS o
+    WHERE k.ctid = ANY(ARRAY(
+            SELECT o.ctid FROM idem_enqueue_key AS o
             WHERE o.window_start < $1
-              AND NOT EXISTS (SELECT 1 FROM idem_job AS h
-                              WHERE h.id = o.job_id
-                                AND h.state IN ('scheduled', 'available', 'running',
-                                                'retryable'))
-            ORDER BY o.window_start LIMIT $2)
+              AND coalesce((SELECT h.state FROM idem_job AS h WHERE h.id = o.job_id),
+                           'completed') NOT IN ('scheduled', 'available', 'running',
+                                                'retryable')
+            ORDER BY o.window_start
+            LIMIT $2))
       AND k.window_start < $1
-      AND NOT EXISTS (SELECT 1 FROM idem_job AS h
-                      WHERE h.id = k.job_id
-                        AND h.state IN ('scheduled', 'available', 'running', 'retryable'))
+      AND coalesce((SELECT h.state FROM idem_job AS h WHERE h.id = k.job_id),
+                   'completed') NOT IN ('scheduled', 'available', 'running', 'retryable')
     RETURNING 1
 )
 SELECT count(*) FROM gone

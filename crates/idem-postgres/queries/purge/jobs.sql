@@ -5,13 +5,15 @@
 -- The state and finalization predicates stand on the outer DELETE as well as in the
 -- subquery that picks the oldest: a delete that waited for a row another transaction
 -- changed (an operator's retry of a dead job) re-checks only its own WHERE against the
--- new row version, never the subquery's.
+-- new row version, never the subquery's. The picked ids come as an array (an InitPlan
+-- evaluated once), so the delete reaches each by the primary key instead of scanning
+-- every job finalized before the cutoff on every batch.
 WITH gone AS (
     DELETE FROM idem_job
-    WHERE id IN (SELECT id FROM idem_job
-                 WHERE finalized_at < $1 AND state = ANY($3::text[])
-                 ORDER BY finalized_at
-                 LIMIT $2)
+    WHERE id = ANY(ARRAY(SELECT id FROM idem_job
+                         WHERE finalized_at < $1 AND state = ANY($3::text[])
+                         ORDER BY finalized_at
+                         LIMIT $2))
       AND finalized_at < $1
       AND state = ANY($3::text[])
     RETURNING id
