@@ -25,6 +25,7 @@
 //! [retention]
 //! enqueue_keys = "3d"
 //! effect_keys = "3d"
+//! intents = "3d"
 //! finished_jobs = "3d"
 //! dead_jobs = "7d"
 //! ```
@@ -111,6 +112,7 @@ struct WorkerToml {
 struct RetentionToml {
     enqueue_keys: Option<String>,
     effect_keys: Option<String>,
+    intents: Option<String>,
     finished_jobs: Option<String>,
     dead_jobs: Option<String>,
 }
@@ -260,6 +262,7 @@ fn retention(r: &RetentionToml) -> anyhow::Result<Retention> {
     Ok(Retention {
         enqueue_keys: duration("retention.enqueue_keys", &r.enqueue_keys, d.enqueue_keys)?,
         effect_keys: duration("retention.effect_keys", &r.effect_keys, d.effect_keys)?,
+        intents: duration("retention.intents", &r.intents, d.intents)?,
         finished_jobs: duration("retention.finished_jobs", &r.finished_jobs, d.finished_jobs)?,
         dead_jobs: duration("retention.dead_jobs", &r.dead_jobs, d.dead_jobs)?,
     })
@@ -546,6 +549,7 @@ rescue_interval = "5s"
 [retention]
 enqueue_keys = "3d"
 effect_keys = "3d"
+intents = "3d"
 finished_jobs = "3d"
 dead_jobs = "7d"
 "#;

@@ -76,6 +76,7 @@ impl Exit {
             IdemError::Store(e) => Exit::of_store(e),
             IdemError::Config(_) => Exit::Config,
             IdemError::InvalidJob(_) | IdemError::InvalidKey(_) => Exit::Usage,
+            IdemError::IntentMismatch { .. } => Exit::Refused,
             IdemError::RetryRefused(_) => Exit::Refused,
         }
     }
@@ -89,6 +90,7 @@ impl Exit {
             StoreError::Config(_) => Exit::Config,
             StoreError::SchemaNotCurrent(_) => Exit::SchemaNotCurrent,
             StoreError::LeaseLost { .. }
+            | StoreError::IntentLost { .. }
             | StoreError::Duplicate(_)
             | StoreError::Migration(_)
             | StoreError::Database(_) => Exit::Internal,

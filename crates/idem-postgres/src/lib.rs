@@ -171,6 +171,17 @@ impl Store for PgStore {
         ops::queue::counts(&self.pool).await
     }
 
+    async fn intent_get(&self, key: String) -> StoreResult<Option<idem_store::IntentRow>> {
+        ops::intent::get(&self.pool, key).await
+    }
+
+    async fn intent_list(
+        &self,
+        p: idem_store::IntentList,
+    ) -> StoreResult<Vec<idem_store::IntentRow>> {
+        ops::intent::list(&self.pool, p).await
+    }
+
     async fn ledger_verify(&self) -> StoreResult<Vec<idem_store::LedgerMismatch>> {
         ops::ledger::verify(&self.pool).await
     }

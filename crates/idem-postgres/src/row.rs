@@ -7,8 +7,8 @@
 //! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
 
 use idem_store::{
-    AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, LedgerEntry, LedgerMismatch,
-    QueueCount, QueueWaiting, StoreResult, Timestamp,
+    AttemptRow, EffectRecord, Inserted, IntentRow, JobRow, LeaseRenewal, LedgerEntry,
+    LedgerMismatch, QueueCount, QueueWaiting, StoreResult, Timestamp,
 };
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -30,6 +30,26 @@ pub(crate) fn effect(row: &PgRow) -> StoreResult<EffectRecord> {
         job_id: get(row, "job_id")?,
         fence: get(row, "fence")?,
         created_at: get(row, "created_at")?,
+    })
+}
+
+/// An `idem_intent` row.
+pub(crate) fn intent(row: &PgRow) -> StoreResult<IntentRow> {
+    Ok(IntentRow {
+        key: get(row, "key")?,
+        state: get::<String>(row, "state")?.parse()?,
+        fingerprint: get(row, "fingerprint")?,
+        unkeyed: get(row, "unkeyed")?,
+        fence: get(row, "fence")?,
+        attempt: get(row, "attempt")?,
+        lease_expires_at: get(row, "lease_expires_at")?,
+        job_id: get(row, "job_id")?,
+        job_fence: get(row, "job_fence")?,
+        result: get(row, "result")?,
+        error: get(row, "error")?,
+        remote_refs: get::<sqlx::types::Json<Vec<String>>>(row, "remote_refs")?.0,
+        created_at: get(row, "created_at")?,
+        updated_at: get(row, "updated_at")?,
     })
 }
 

@@ -6,10 +6,11 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, JobCancel,
-    JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock,
-    JobRescue, JobRetry, JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge,
-    SqlValue, StoreResult, StoreTx,
+    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, IntentBegin,
+    IntentBegun, IntentFinish, IntentRenew, IntentResolve, IntentRow, JobCancel, JobClaim,
+    JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue,
+    JobRetry, JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue,
+    StoreResult, StoreTx,
 };
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -120,6 +121,22 @@ impl StoreTx for PgTx {
 
     async fn effect_claim(&mut self, p: EffectClaim) -> StoreResult<EffectClaimed> {
         ops::effect::claim(&mut self.tx, p).await
+    }
+
+    async fn intent_begin(&mut self, p: IntentBegin) -> StoreResult<IntentBegun> {
+        ops::intent::begin(&mut self.tx, p).await
+    }
+
+    async fn intent_renew(&mut self, p: IntentRenew) -> StoreResult<IntentRow> {
+        ops::intent::renew(&mut *self.tx, p).await
+    }
+
+    async fn intent_finish(&mut self, p: IntentFinish) -> StoreResult<Option<IntentRow>> {
+        ops::intent::finish(&mut *self.tx, p).await
+    }
+
+    async fn intent_resolve(&mut self, p: IntentResolve) -> StoreResult<Option<IntentRow>> {
+        ops::intent::resolve(&mut self.tx, p).await
     }
 
     async fn ledger_post(&mut self, p: LedgerPost) -> StoreResult<LedgerPosted> {

@@ -210,6 +210,42 @@ impl Store for SqliteStore {
         self.readers.run(ops::queue::counts).await
     }
 
+    async fn intent_get(&self, key: String) -> StoreResult<Option<idem_store::IntentRow>> {
+        self.readers.run(move |c| ops::intent::get(c, &key)).await
+    }
+
+    async fn intent_list(
+        &self,
+        p: idem_store::IntentList,
+    ) -> StoreResult<Vec<idem_store::IntentRow>> {
+        self.readers.run(move |c| ops::intent::list(c, &p)).await
+    }
+
+    async fn intent_begin(
+        &self,
+        p: idem_store::IntentBegin,
+    ) -> StoreResult<idem_store::IntentBegun> {
+        self.write(move |c| ops::intent::begin(c, &p)).await
+    }
+
+    async fn intent_renew(&self, p: idem_store::IntentRenew) -> StoreResult<idem_store::IntentRow> {
+        self.write(move |c| ops::intent::renew(c, &p)).await
+    }
+
+    async fn intent_finish(
+        &self,
+        p: idem_store::IntentFinish,
+    ) -> StoreResult<Option<idem_store::IntentRow>> {
+        self.write(move |c| ops::intent::finish(c, &p)).await
+    }
+
+    async fn intent_resolve(
+        &self,
+        p: idem_store::IntentResolve,
+    ) -> StoreResult<Option<idem_store::IntentRow>> {
+        self.write(move |c| ops::intent::resolve(c, &p)).await
+    }
+
     async fn ledger_verify(&self) -> StoreResult<Vec<idem_store::LedgerMismatch>> {
         self.readers.run(ops::ledger::verify).await
     }

@@ -19,6 +19,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0006_counter_number_key.sql"),
         include_str!("../migrations/0007_enqueue_key_window.sql"),
         include_str!("../migrations/0008_job_snoozes.sql"),
+        include_str!("../migrations/0009_intent.sql"),
     ])
 }
 

@@ -2,8 +2,8 @@
 
 use chrono::TimeZone;
 use idem_store::{
-    AttemptRow, EffectRecord, Inserted, JobRow, LeaseRenewal, LedgerEntry, LedgerMismatch,
-    QueueCount, QueueWaiting, StoreError, StoreResult, Timestamp,
+    AttemptRow, EffectRecord, Inserted, IntentRow, JobRow, LeaseRenewal, LedgerEntry,
+    LedgerMismatch, QueueCount, QueueWaiting, StoreError, StoreResult, Timestamp,
 };
 use rusqlite::Row;
 use rusqlite::types::FromSql;
@@ -33,6 +33,34 @@ fn ts(row: &Row<'_>, col: &str) -> StoreResult<Timestamp> {
 
 fn opt_ts(row: &Row<'_>, col: &str) -> StoreResult<Option<Timestamp>> {
     get::<Option<i64>>(row, col)?.map(ms_to_ts).transpose()
+}
+
+/// JSON text in a column, decoded.
+fn json<T: serde::de::DeserializeOwned>(text: &str, col: &str) -> StoreResult<T> {
+    serde_json::from_str(text)
+        .map_err(|e| StoreError::Database(format!("stored {col} is not the JSON expected: {e}")))
+}
+
+/// An `idem_intent` row.
+pub(crate) fn intent(row: &Row<'_>) -> StoreResult<IntentRow> {
+    let result: Option<String> = get(row, "result")?;
+    let refs: String = get(row, "remote_refs")?;
+    Ok(IntentRow {
+        key: get(row, "key")?,
+        state: get::<String>(row, "state")?.parse()?,
+        fingerprint: get(row, "fingerprint")?,
+        unkeyed: get(row, "unkeyed")?,
+        fence: get(row, "fence")?,
+        attempt: get(row, "attempt")?,
+        lease_expires_at: opt_ts(row, "lease_expires_at")?,
+        job_id: get(row, "job_id")?,
+        job_fence: get(row, "job_fence")?,
+        result: result.map(|r| json(&r, "result")).transpose()?,
+        error: get(row, "error")?,
+        remote_refs: json(&refs, "remote_refs")?,
+        created_at: ts(row, "created_at")?,
+        updated_at: ts(row, "updated_at")?,
+    })
 }
 
 /// A row of `ledger/get_entry.sql`.

@@ -12,10 +12,11 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, JobCancel,
-    JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock,
-    JobRescue, JobRetry, JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge,
-    SqlValue, StoreResult, StoreTx,
+    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, IntentBegin,
+    IntentBegun, IntentFinish, IntentRenew, IntentResolve, IntentRow, JobCancel, JobClaim,
+    JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue,
+    JobRetry, JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue,
+    StoreResult, StoreTx,
 };
 use rusqlite::Connection;
 use tokio::sync::OwnedMutexGuard;
@@ -201,6 +202,22 @@ impl StoreTx for SqliteTx {
 
     async fn effect_claim(&mut self, p: EffectClaim) -> StoreResult<EffectClaimed> {
         self.run(move |c| ops::effect::claim(c, &p)).await
+    }
+
+    async fn intent_begin(&mut self, p: IntentBegin) -> StoreResult<IntentBegun> {
+        self.run(move |c| ops::intent::begin(c, &p)).await
+    }
+
+    async fn intent_renew(&mut self, p: IntentRenew) -> StoreResult<IntentRow> {
+        self.run(move |c| ops::intent::renew(c, &p)).await
+    }
+
+    async fn intent_finish(&mut self, p: IntentFinish) -> StoreResult<Option<IntentRow>> {
+        self.run(move |c| ops::intent::finish(c, &p)).await
+    }
+
+    async fn intent_resolve(&mut self, p: IntentResolve) -> StoreResult<Option<IntentRow>> {
+        self.run(move |c| ops::intent::resolve(c, &p)).await
     }
 
     async fn ledger_post(&mut self, p: LedgerPost) -> StoreResult<LedgerPosted> {

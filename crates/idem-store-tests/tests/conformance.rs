@@ -3,9 +3,9 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    counter::*, effect::*, enqueue_key::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*,
-    job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, purge::*,
-    tx::*,
+    counter::*, effect::*, enqueue_key::*, intent::*, intent_race::*, job_cancel::*, job_claim::*,
+    job_dead::*, job_finish::*, job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*,
+    migrate::*, purge::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -142,6 +142,41 @@ idem_store_tests::store_cases!(
     purge_of_a_job_spares_its_key_taken_over_meanwhile,
     discard_of_a_job_spares_its_key_taken_over_meanwhile,
     enqueue_key_two_producers_take_over_a_lapsed_key_once,
+    // intent
+    intent_begin_reserves_a_new_key,
+    intent_begin_refuses_a_claim_not_current,
+    intent_begin_answers_in_progress_until_the_lease_has_ended,
+    intent_begin_of_a_lapsed_unkeyed_intent_reconciles,
+    intent_begin_with_another_fingerprint_is_a_mismatch,
+    intent_begin_of_a_finished_intent_answers_its_outcome,
+    intent_renew_extends_a_live_lease,
+    intent_renew_refuses_a_lapsed_or_lost_holder,
+    intent_finish_records_each_outcome,
+    intent_finish_released_starts_the_key_afresh,
+    intent_finish_refuses_a_stale_fence,
+    intent_finish_after_the_lease_lapsed_holds_until_taken_over,
+    intent_resolve_applied_or_duplicate_answers_completed,
+    intent_resolve_manual_awaits_an_operator,
+    intent_resolve_absent_starts_the_key_afresh,
+    intent_resolve_refuses_a_stale_read,
+    intent_resolve_duplicate_from_completed_keeps_the_result,
+    intent_begin_commits_with_its_transaction,
+    intent_writes_roll_back_with_their_transaction,
+    intent_get_of_a_missing_key_is_none,
+    intent_list_filters_in_key_order,
+    intent_list_pages_with_after,
+    intent_purge_takes_finished_intents_of_finished_jobs,
+    // intent_race
+    intent_begin_concurrently_gives_the_key_once,
+    intent_takeover_concurrently_gives_the_key_once,
+    intent_begin_waits_for_an_uncommitted_reservation,
+    intent_begin_takes_a_key_whose_reservation_rolled_back,
+    intent_begin_waits_for_a_rescue_and_is_refused,
+    intent_takeover_waits_for_another_takeover,
+    intent_finish_waits_for_a_takeover_and_is_lost,
+    intent_takeover_waits_for_the_holders_finish,
+    intent_begin_waits_for_a_release_and_takes_the_key,
+    intent_purge_spares_an_intent_resolved_meanwhile,
 );
 
 idem_store_tests::postgres_cases!(

@@ -23,6 +23,18 @@ pub enum StoreError {
         /// The fence the stale claim carried.
         fence: i64,
     },
+    /// The intent is no longer held under this fence: it was taken over after the
+    /// holder's lease lapsed, or already finished. The write was refused; nothing changed.
+    #[error(
+        "intent {key:?} lost: fence {fence} no longer holds it (its lease lapsed and it was \
+         taken over, or its outcome was already recorded); nothing was written"
+    )]
+    IntentLost {
+        /// The intent's key.
+        key: String,
+        /// The fence the stale holder carried.
+        fence: i64,
+    },
     /// The record does not exist.
     #[error("{what} not found")]
     NotFound {
@@ -70,6 +82,14 @@ impl StoreError {
     /// Whether this is [`StoreError::LeaseLost`].
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, StoreError::LeaseLost { .. })
+    }
+
+    /// [`StoreError::IntentLost`] for `token`.
+    pub fn intent_lost(token: &crate::IntentToken) -> Self {
+        StoreError::IntentLost {
+            key: token.key.clone(),
+            fence: token.fence,
+        }
     }
 
     /// Why a cancel of `job_id` changed nothing: `found` is the job as it is now (then it

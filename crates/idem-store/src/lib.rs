@@ -19,6 +19,7 @@ mod counter;
 mod effect;
 pub mod enqueue;
 mod error;
+mod intent;
 mod job;
 mod ledger;
 mod maintenance;
@@ -30,6 +31,10 @@ mod value;
 pub use counter::{CounterAssigned, CounterNext};
 pub use effect::{EffectClaim, EffectClaimed, EffectRecord};
 pub use error::{StoreError, StoreResult};
+pub use intent::{
+    IntentBegin, IntentBegun, IntentFinish, IntentList, IntentOutcome, IntentRenew,
+    IntentResolution, IntentResolve, IntentRow, IntentState, IntentToken,
+};
 pub use job::{
     AttemptOutcome, AttemptRow, EnqueueKeyTake, Enqueued, InsertClaim, Inserted, JobCancel,
     JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock,

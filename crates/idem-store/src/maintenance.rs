@@ -37,6 +37,10 @@ pub enum PurgeTarget {
     /// job that may still run again (it exists and is not completed): a late attempt of
     /// that job must find the key its earlier attempt committed.
     EffectKeys,
+    /// Intents (`idem_intent`) completed or failed and created before the cutoff, except
+    /// those of a job that may still run again. Intents in progress, unknown, duplicate
+    /// or manual are kept: they await their holder, a reconciler or an operator.
+    Intents,
     /// Completed and cancelled jobs finalized before the cutoff, with their attempts and
     /// any enqueue key they still hold.
     FinishedJobs,
@@ -47,9 +51,10 @@ pub enum PurgeTarget {
 
 impl PurgeTarget {
     /// Every target, in the order a purge runs them.
-    pub const ALL: [PurgeTarget; 4] = [
+    pub const ALL: [PurgeTarget; 5] = [
         PurgeTarget::EnqueueKeys,
         PurgeTarget::EffectKeys,
+        PurgeTarget::Intents,
         PurgeTarget::FinishedJobs,
         PurgeTarget::DeadJobs,
     ];
@@ -59,6 +64,7 @@ impl PurgeTarget {
         match self {
             PurgeTarget::EnqueueKeys => "enqueue-keys",
             PurgeTarget::EffectKeys => "effect-keys",
+            PurgeTarget::Intents => "intents",
             PurgeTarget::FinishedJobs => "finished-jobs",
             PurgeTarget::DeadJobs => "dead-jobs",
         }

@@ -32,7 +32,7 @@ impl Migration {
 }
 
 /// How many migrations this build has.
-pub const COUNT: usize = 8;
+pub const COUNT: usize = 9;
 
 /// Every migration's version and name, the same on every store, in order.
 pub const NAMES: [(i64, &str); COUNT] = [
@@ -44,6 +44,7 @@ pub const NAMES: [(i64, &str); COUNT] = [
     (6, "counter_number_key"),
     (7, "enqueue_key_window"),
     (8, "job_snoozes"),
+    (9, "intent"),
 ];
 
 /// A store's migrations: `sql[i]` is the store's SQL for `NAMES[i]`. A store that lacks

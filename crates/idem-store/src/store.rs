@@ -75,6 +75,12 @@ pub trait Store: Send + Sync + 'static {
     /// Closes the pool; later calls fail with [`crate::StoreError::Unavailable`].
     async fn close(&self);
 
+    /// One intent by key.
+    async fn intent_get(&self, key: String) -> StoreResult<Option<crate::IntentRow>>;
+
+    /// Intents matching the filters, in key order.
+    async fn intent_list(&self, params: crate::IntentList) -> StoreResult<Vec<crate::IntentRow>>;
+
     /// Every account whose running total differs from the sum of its entries (including
     /// accounts with entries and no total).
     async fn ledger_verify(&self) -> StoreResult<Vec<crate::LedgerMismatch>>;
@@ -178,6 +184,32 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreTx::job_rescue`] in its own transaction.
     async fn job_rescue(&self, params: JobRescue) -> StoreResult<Vec<JobRow>> {
         in_tx!(self, job_rescue, params)
+    }
+
+    /// [`StoreTx::intent_begin`] in its own transaction.
+    async fn intent_begin(&self, params: crate::IntentBegin) -> StoreResult<crate::IntentBegun> {
+        in_tx!(self, intent_begin, params)
+    }
+
+    /// [`StoreTx::intent_renew`] in its own transaction.
+    async fn intent_renew(&self, params: crate::IntentRenew) -> StoreResult<crate::IntentRow> {
+        in_tx!(self, intent_renew, params)
+    }
+
+    /// [`StoreTx::intent_finish`] in its own transaction.
+    async fn intent_finish(
+        &self,
+        params: crate::IntentFinish,
+    ) -> StoreResult<Option<crate::IntentRow>> {
+        in_tx!(self, intent_finish, params)
+    }
+
+    /// [`StoreTx::intent_resolve`] in its own transaction.
+    async fn intent_resolve(
+        &self,
+        params: crate::IntentResolve,
+    ) -> StoreResult<Option<crate::IntentRow>> {
+        in_tx!(self, intent_resolve, params)
     }
 
     /// [`StoreTx::job_cancel`] in its own transaction.
@@ -310,6 +342,35 @@ pub trait StoreTx: Send {
         &mut self,
         params: crate::CounterNext,
     ) -> StoreResult<crate::CounterAssigned>;
+
+    /// Reserves an intent (see [`crate::IntentBegun`]) in one conditional write on its
+    /// key: inserts it, or takes over an `in_progress` one whose lease ended before `now`
+    /// and whose fingerprint matches (an unkeyed one goes to `unknown` instead), only if
+    /// `params.job` is the job's current claim, checked in the same statement.
+    /// [`crate::StoreError::LeaseLost`] when the claim is not current.
+    async fn intent_begin(&mut self, params: crate::IntentBegin)
+    -> StoreResult<crate::IntentBegun>;
+
+    /// Extends an `in_progress` intent's lease, under its fence, while the lease has not
+    /// ended. [`crate::StoreError::IntentLost`] otherwise.
+    async fn intent_renew(&mut self, params: crate::IntentRenew) -> StoreResult<crate::IntentRow>;
+
+    /// Records the holder's outcome of an `in_progress` intent under its fence; returns
+    /// the row (`None` when released, which deletes it).
+    /// [`crate::StoreError::IntentLost`] when the fence no longer holds it.
+    async fn intent_finish(
+        &mut self,
+        params: crate::IntentFinish,
+    ) -> StoreResult<Option<crate::IntentRow>>;
+
+    /// Resolves an intent from one of `params.from` states at `params.token.fence`;
+    /// fence + 1. Returns the row (`None` when absent, which deletes it).
+    /// [`crate::StoreError::Conflict`] when its state or fence moved on,
+    /// [`crate::StoreError::NotFound`] when it does not exist.
+    async fn intent_resolve(
+        &mut self,
+        params: crate::IntentResolve,
+    ) -> StoreResult<Option<crate::IntentRow>>;
 
     /// Sets the running total of each listed account to the sum of its entries.
     async fn ledger_rebuild(&mut self, accounts: Vec<crate::LedgerMismatch>) -> StoreResult<()>;

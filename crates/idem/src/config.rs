@@ -7,7 +7,7 @@
 //! bounds the worker puts on delays handlers choose (`max_retry_after`, `max_snooze`,
 //! `max_snoozes`). What must stay true:
 //!
-//! - **Enqueue-key and effect-key retention each cover the retry horizon plus
+//! - **Enqueue-key, effect-key and intent retention each cover the retry horizon plus
 //!   [`HORIZON_MARGIN`]** ([`Retention::check_covers`]); a worker refuses to start
 //!   otherwise, and it clamps every handler-chosen delay and counts snoozes, so a late
 //!   retry can never find its key purged and do its effect again. Delays no setting can
@@ -45,6 +45,8 @@ pub struct Retention {
     pub enqueue_keys: Duration,
     /// Effect deduplication records (`idem_effect`), counted from their `created_at`.
     pub effect_keys: Duration,
+    /// Completed and failed intents (`idem_intent`), counted from their `created_at`.
+    pub intents: Duration,
     /// Completed and cancelled jobs, counted from their `finalized_at`.
     pub finished_jobs: Duration,
     /// Dead jobs, counted from their `finalized_at`.
@@ -56,6 +58,7 @@ impl Default for Retention {
         Retention {
             enqueue_keys: DEFAULT_RETENTION,
             effect_keys: DEFAULT_RETENTION,
+            intents: DEFAULT_RETENTION,
             finished_jobs: DEFAULT_RETENTION,
             dead_jobs: DEFAULT_DEAD_RETENTION,
         }
@@ -295,7 +298,7 @@ impl Retention {
         windows.iter().map(check).collect()
     }
 
-    fn windows(&self) -> [Window; 4] {
+    fn windows(&self) -> [Window; 5] {
         let w = |noun, setting, value, is_key| Window {
             noun,
             setting,
@@ -315,6 +318,7 @@ impl Retention {
                 self.effect_keys,
                 true,
             ),
+            w("intent", "retention.intents", self.intents, true),
             w(
                 "finished-job",
                 "retention.finished_jobs",
@@ -532,7 +536,7 @@ mod tests {
         Retention::default().check_covers(&h).unwrap();
         assert!(DEFAULT_RETENTION >= h.total + HORIZON_MARGIN);
         let checks = Retention::default().checks(&h);
-        assert_eq!(checks.len(), 4);
+        assert_eq!(checks.len(), 5);
         assert!(checks.iter().all(|c| c.verdict.is_ok()), "{checks:?}");
     }
 

@@ -57,11 +57,15 @@ impl LeaseSignal {
 /// What a running handler holds: its job, its claim, and access to the store.
 pub struct JobContext {
     job: JobRow,
-    idem: Idem,
+    pub(crate) idem: Idem,
     lease_lost: Arc<LeaseSignal>,
     /// The worker's lease: how long the effect transaction may sit idle (PostgreSQL).
     lease_length: std::time::Duration,
     pub(crate) completed: bool,
+    /// The handler's effect class, which decides how its intents behave.
+    pub(crate) effect: crate::handler::EffectClass,
+    /// The handler's call timing, which sets its intents' lease.
+    pub(crate) intent_policy: crate::intent::IntentPolicy,
 }
 
 impl JobContext {
@@ -77,6 +81,8 @@ impl JobContext {
             lease_lost,
             lease_length,
             completed: false,
+            effect: crate::handler::EffectClass::Transactional,
+            intent_policy: crate::intent::IntentPolicy::default(),
         }
     }
 

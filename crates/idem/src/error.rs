@@ -25,6 +25,21 @@ pub enum IdemError {
     /// An effect key is invalid; the message says why and what to do.
     #[error("invalid effect key: {0}")]
     InvalidKey(String),
+    /// The intent's key is held for a different request (another fingerprint): the same
+    /// key must name the same request. Nothing was sent or changed.
+    #[error(
+        "intent {key:?} is held for a different request (fingerprint {stored}, this one \
+         {given}): a key names one logical request, so give a changed request a new key \
+         (for example `…:rev:2`)"
+    )]
+    IntentMismatch {
+        /// The key.
+        key: String,
+        /// The fingerprint stored with it.
+        stored: String,
+        /// This request's fingerprint.
+        given: String,
+    },
     /// An operator retry was refused, and nothing retried: some jobs first ran too long
     /// ago for their effect keys to outlive a new retry horizon. The message names them,
     /// the durations and the way out (a forced retry).

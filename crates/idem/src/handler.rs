@@ -15,6 +15,8 @@ use serde::de::DeserializeOwned;
 
 use crate::context::JobContext;
 use crate::error::JobError;
+use crate::intent::{IntentPolicy, Lookup};
+use idem_store::{IntentRow, JobRow};
 
 /// What a handler's effect is, and so what idem guarantees about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -106,6 +108,26 @@ pub trait Handler: Send + Sync + 'static {
         cx: &mut JobContext,
         args: Self::Args,
     ) -> impl Future<Output = Result<(), JobError>> + Send;
+
+    /// For a remote effect: how long its call may take, from which its intents' lease
+    /// follows ([`IntentPolicy`]). Checked when the handler is registered.
+    fn intent_policy(&self) -> IntentPolicy {
+        IntentPolicy::default()
+    }
+
+    /// For an `UnkeyedRemote` effect: looks the call that `intent` stands for up on the
+    /// remote by its reference (the intent's key), for reconciliation and the audit.
+    /// [`Lookup::of_copies`] turns a list of the remote's copies into the answer. The
+    /// default cannot tell, which parks unknown outcomes for an operator.
+    fn lookup(&self, intent: &IntentRow, args: Self::Args) -> impl Future<Output = Lookup> + Send {
+        let _ = args;
+        let why = format!(
+            "job kind {:?} has no lookup for intent {:?}",
+            Self::KIND,
+            intent.key
+        );
+        async move { Lookup::CannotTell(why) }
+    }
 }
 
 pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -113,6 +135,8 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// A registered handler with its types erased.
 pub(crate) trait ErasedHandler: Send + Sync {
     fn effect(&self) -> EffectClass;
+    /// Decodes `job`'s args and looks `intent`'s call up (see [`Handler::lookup`]).
+    fn lookup(self: Arc<Self>, intent: IntentRow, job: JobRow) -> BoxFuture<Lookup>;
     /// Decodes the job's args (read in place from the context's row, not copied) and
     /// runs the handler.
     fn call(self: Arc<Self>, cx: JobContext) -> BoxFuture<(JobContext, Result<(), JobError>)>;
@@ -125,7 +149,22 @@ impl<H: Handler> ErasedHandler for Registered<H> {
         H::EFFECT
     }
 
+    fn lookup(self: Arc<Self>, intent: IntentRow, job: JobRow) -> BoxFuture<Lookup> {
+        Box::pin(async move {
+            match H::Args::deserialize(&job.args) {
+                Ok(args) => self.0.lookup(&intent, args).await,
+                Err(e) => Lookup::CannotTell(format!(
+                    "args of job {} (kind {:?}) do not decode: {e}",
+                    job.id,
+                    H::KIND
+                )),
+            }
+        })
+    }
+
     fn call(self: Arc<Self>, mut cx: JobContext) -> BoxFuture<(JobContext, Result<(), JobError>)> {
+        cx.effect = H::EFFECT;
+        cx.intent_policy = self.0.intent_policy();
         Box::pin(async move {
             let args: H::Args = match H::Args::deserialize(&cx.job().args) {
                 Ok(a) => a,

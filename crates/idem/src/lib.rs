@@ -49,6 +49,7 @@ mod context;
 mod effect;
 mod error;
 mod handler;
+pub mod intent;
 mod job;
 mod local;
 mod maintenance;
@@ -75,9 +76,11 @@ pub use idem_sqlite::{Durability, SqliteOptions};
 pub use idem_store::migration::{SchemaMigration, SchemaStatus};
 pub use idem_store::{
     AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, Enqueued,
-    JobList, JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch, LedgerPosted, PurgeTarget,
-    QueueCount, QueueWaiting, SqlValue, Store, StoreError, StoreTx, Timestamp,
+    IntentRow, IntentState, JobList, JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch,
+    LedgerPosted, PurgeTarget, QueueCount, QueueWaiting, SqlValue, Store, StoreError, StoreTx,
+    Timestamp,
 };
+pub use intent::{Intent, IntentGuard, IntentPolicy};
 pub use job::Job;
 pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter, RetryRefused};
 pub use metrics::MetricsSnapshot;

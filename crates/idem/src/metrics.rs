@@ -6,6 +6,8 @@
 //!   kind, from the one an earlier attempt of the same job committed: the key is built from
 //!   something that changes between attempts (an attempt number, a fence, a timestamp), so
 //!   the effect may have been made twice.
+//! - `duplicate_intents`: reconciliation or the audit found a call to an unkeyed remote
+//!   applied more than once, and marked its intent `duplicate`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,6 +17,7 @@ use serde::Serialize;
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
     unstable_effect_keys: AtomicU64,
+    duplicate_intents: AtomicU64,
 }
 
 impl Metrics {
@@ -22,9 +25,14 @@ impl Metrics {
         self.unstable_effect_keys.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn duplicate_intent(&self) {
+        self.duplicate_intents.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn snapshot(&self) -> MetricsSnapshot {
         MetricsSnapshot {
             unstable_effect_keys: self.unstable_effect_keys.load(Ordering::Relaxed),
+            duplicate_intents: self.duplicate_intents.load(Ordering::Relaxed),
         }
     }
 }
@@ -35,4 +43,6 @@ pub struct MetricsSnapshot {
     /// Retries that built an effect key different from the one an earlier attempt of the
     /// same job committed for the same kind.
     pub unstable_effect_keys: u64,
+    /// Intents that reconciliation or the audit marked `duplicate`.
+    pub duplicate_intents: u64,
 }

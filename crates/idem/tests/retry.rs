@@ -392,6 +392,7 @@ async fn the_purger_deletes_only_what_is_past_retention(db: &TestDb) {
         .with_retention(Retention {
             enqueue_keys: window,
             effect_keys: window,
+            intents: window,
             finished_jobs: window,
             dead_jobs: window,
         })

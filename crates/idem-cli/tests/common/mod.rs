@@ -296,6 +296,7 @@ const SQLITE_MIGRATIONS: [&str; idem_store::migration::COUNT] = [
     include_str!("../../../idem-sqlite/migrations/0006_counter_number_key.sql"),
     include_str!("../../../idem-sqlite/migrations/0007_enqueue_key_window.sql"),
     include_str!("../../../idem-sqlite/migrations/0008_job_snoozes.sql"),
+    include_str!("../../../idem-sqlite/migrations/0009_intent.sql"),
 ];
 
 /// How many migrations the tests' older databases have: all of this build's but the

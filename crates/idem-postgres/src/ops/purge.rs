@@ -26,6 +26,7 @@ where
             sqlx::query(include_str!("../../queries/purge/enqueue_keys.sql"))
         }
         PurgeTarget::EffectKeys => sqlx::query(include_str!("../../queries/purge/effect_keys.sql")),
+        PurgeTarget::Intents => sqlx::query(include_str!("../../queries/purge/intents.sql")),
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
             sqlx::query(include_str!("../../queries/purge/jobs.sql"))
         }
@@ -48,6 +49,9 @@ where
         }
         PurgeTarget::EffectKeys => {
             sqlx::query(include_str!("../../queries/purge/count_effect_keys.sql")).bind(before)
+        }
+        PurgeTarget::Intents => {
+            sqlx::query(include_str!("../../queries/purge/count_intents.sql")).bind(before)
         }
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
             sqlx::query(include_str!("../../queries/purge/count_jobs.sql"))

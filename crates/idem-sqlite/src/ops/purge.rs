@@ -31,6 +31,7 @@ pub(crate) fn delete(c: &Connection, p: &Purge) -> StoreResult<u64> {
     match p.target {
         PurgeTarget::EnqueueKeys => keys(include_str!("../../queries/purge/enqueue_keys.sql")),
         PurgeTarget::EffectKeys => keys(include_str!("../../queries/purge/effect_keys.sql")),
+        PurgeTarget::Intents => keys(include_str!("../../queries/purge/intents.sql")),
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
             let sql = include_str!("../../queries/purge/jobs.sql");
             let args = params![before, limit, purged_states(p.target)];
@@ -53,6 +54,10 @@ pub(crate) fn count(c: &Connection, target: PurgeTarget, before: i64) -> StoreRe
         ),
         PurgeTarget::EffectKeys => count(
             include_str!("../../queries/purge/count_effect_keys.sql"),
+            &[&before],
+        ),
+        PurgeTarget::Intents => count(
+            include_str!("../../queries/purge/count_intents.sql"),
             &[&before],
         ),
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => count(

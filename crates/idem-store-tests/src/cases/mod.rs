@@ -9,6 +9,8 @@
 pub mod counter;
 pub mod effect;
 pub mod enqueue_key;
+pub mod intent;
+pub mod intent_race;
 pub mod job_cancel;
 pub mod job_claim;
 pub mod job_dead;

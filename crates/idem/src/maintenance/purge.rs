@@ -1,5 +1,5 @@
 //! Purges on the client: records past their retention (enqueue keys, effect keys,
-//! finished and dead jobs) deleted in bounded batches, for operators (`idem purge`)
+//! intents, finished and dead jobs) deleted in bounded batches, for operators (`idem purge`)
 //! and for the purge service.
 //!
 //! What must stay true: the cutoff is now (the client's clock, else the database's)
@@ -24,6 +24,7 @@ impl Idem {
         let window = match target {
             PurgeTarget::EnqueueKeys => r.enqueue_keys,
             PurgeTarget::EffectKeys => r.effect_keys,
+            PurgeTarget::Intents => r.intents,
             PurgeTarget::FinishedJobs => r.finished_jobs,
             PurgeTarget::DeadJobs => r.dead_jobs,
         };

@@ -45,6 +45,9 @@ impl Worker {
                 H::KIND
             )));
         }
+        if H::EFFECT != EffectClass::Transactional {
+            handler.intent_policy().check(H::KIND)?;
+        }
         if !H::EFFECT.built() {
             tracing::warn!(
                 kind = H::KIND,
@@ -56,6 +59,12 @@ impl Worker {
         self.handlers
             .insert(H::KIND.to_owned(), Arc::new(Registered(handler)));
         Ok(self)
+    }
+
+    /// A reconciler for this worker's kinds: it looks unknown outcomes up through their
+    /// handlers' [`Handler::lookup`].
+    pub fn reconciler(&self) -> crate::intent::Reconciler {
+        crate::intent::Reconciler::new(self.idem.clone(), self.handlers.clone())
     }
 
     /// The worker's name (its `lease_owner`).

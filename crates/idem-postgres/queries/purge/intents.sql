@@ -1,0 +1,28 @@
+-- Purges up to $2 completed or failed intents created before $1 (timestamptz), oldest
+-- first, except those of a job that may still run again (it exists and is not
+-- completed), which must find its intent's stored outcome instead of calling again.
+-- Intents in progress, unknown, duplicate or manual are never purged here: they await
+-- their holder, a reconciler or an operator.
+-- The predicates stand on the outer DELETE as well as in the subquery that picks the
+-- oldest, so an intent resolved meanwhile (completed → duplicate by the audit) is kept.
+-- PostgreSQL dialect: the picked keys come as an array evaluated once (see
+-- effect_keys.sql for why).
+WITH gone AS (
+    DELETE FROM idem_intent AS i
+    WHERE i.key = ANY(ARRAY(
+            SELECT o.key FROM idem_intent AS o
+            WHERE o.created_at < $1
+              AND o.state IN ('completed', 'failed')
+              AND coalesce((SELECT j.state FROM idem_job AS j WHERE j.id = o.job_id),
+                           'completed') NOT IN ('scheduled', 'available', 'running',
+                                                'retryable', 'dead', 'cancelled')
+            ORDER BY o.created_at
+            LIMIT $2))
+      AND i.created_at < $1
+      AND i.state IN ('completed', 'failed')
+      AND coalesce((SELECT j.state FROM idem_job AS j WHERE j.id = i.job_id),
+                   'completed') NOT IN ('scheduled', 'available', 'running', 'retryable',
+                                        'dead', 'cancelled')
+    RETURNING 1
+)
+SELECT count(*) FROM gone

@@ -1,0 +1,202 @@
+//! Intents (`queries/intent/`): the reservation that takes a key or learns what holds it
+//! (one conditional write, fenced by the job's claim), the holder's renewals and outcome
+//! under the intent's own fence, and reconciliation's resolutions from the state and
+//! fence it read.
+
+use idem_store::{
+    IntentBegin, IntentBegun, IntentFinish, IntentList, IntentOutcome, IntentRenew,
+    IntentResolution, IntentResolve, IntentRow, IntentState, StoreError, StoreResult,
+};
+use sqlx::types::Json;
+use sqlx::{Executor, PgConnection, Postgres};
+
+use super::{INSERT_TRIES, holder, kept_vanishing, still_current};
+use crate::error::interpret_error;
+use crate::row;
+
+const GET: &str = include_str!("../../queries/intent/get.sql");
+
+/// Reserves the key, or answers with what holds it. When the conditional write wrote
+/// nothing, the claim is checked first (a stale claim learns nothing but `LeaseLost`),
+/// then the holder is read; a holder deleted in between (released, resolved absent) is
+/// no reason to refuse: the write is tried again, up to [`INSERT_TRIES`] times.
+pub(crate) async fn begin(c: &mut PgConnection, p: IntentBegin) -> StoreResult<IntentBegun> {
+    for _ in 0..INSERT_TRIES {
+        let written = sqlx::query(include_str!("../../queries/intent/begin.sql"))
+            .bind(&p.key)
+            .bind(&p.fingerprint)
+            .bind(p.unkeyed)
+            .bind(p.lease_ms)
+            .bind(p.job.job_id)
+            .bind(p.job.fence)
+            .bind(p.now)
+            .fetch_optional(&mut *c)
+            .await
+            .map_err(interpret_error)?;
+        if let Some(r) = written {
+            let row = row::intent(&r)?;
+            return Ok(match row.state {
+                IntentState::InProgress => IntentBegun::Begun(row),
+                _ => IntentBegun::Reconcile(row),
+            });
+        }
+        still_current(c, p.job).await?;
+        if let Some(row) = holder(c, GET, &p.key, row::intent).await? {
+            return Ok(IntentBegun::of_existing(row, &p.fingerprint));
+        }
+    }
+    Err(kept_vanishing("intent", &p.key))
+}
+
+pub(crate) async fn renew<'e, E>(ex: E, p: IntentRenew) -> StoreResult<IntentRow>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let r = sqlx::query(include_str!("../../queries/intent/renew.sql"))
+        .bind(&p.token.key)
+        .bind(p.token.fence)
+        .bind(p.lease_ms)
+        .bind(p.now)
+        .fetch_optional(ex)
+        .await
+        .map_err(interpret_error)?;
+    match r {
+        Some(r) => row::intent(&r),
+        None => Err(StoreError::intent_lost(&p.token)),
+    }
+}
+
+pub(crate) async fn finish<'e, E>(ex: E, p: IntentFinish) -> StoreResult<Option<IntentRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let (state, result, error, refs) = match p.outcome {
+        IntentOutcome::Released => {
+            let gone: Option<String> =
+                sqlx::query_scalar(include_str!("../../queries/intent/release.sql"))
+                    .bind(&p.token.key)
+                    .bind(p.token.fence)
+                    .fetch_optional(ex)
+                    .await
+                    .map_err(interpret_error)?;
+            return match gone {
+                Some(_) => Ok(None),
+                None => Err(StoreError::intent_lost(&p.token)),
+            };
+        }
+        IntentOutcome::Completed {
+            result,
+            remote_refs,
+        } => (IntentState::Completed, Some(result), None, remote_refs),
+        IntentOutcome::Failed { error } => (IntentState::Failed, None, Some(error), vec![]),
+        IntentOutcome::Unknown { error } => (IntentState::Unknown, None, Some(error), vec![]),
+    };
+    let r = sqlx::query(include_str!("../../queries/intent/finish.sql"))
+        .bind(&p.token.key)
+        .bind(p.token.fence)
+        .bind(state.as_str())
+        .bind(result.map(Json))
+        .bind(error)
+        .bind(Json(refs))
+        .bind(p.now)
+        .fetch_optional(ex)
+        .await
+        .map_err(interpret_error)?;
+    match r {
+        Some(r) => row::intent(&r).map(Some),
+        None => Err(StoreError::intent_lost(&p.token)),
+    }
+}
+
+/// Resolves from the state and fence the resolver read; when nothing matched, reads the
+/// intent to say whether it moved on (`Conflict`) or does not exist (`NotFound`).
+pub(crate) async fn resolve(
+    c: &mut PgConnection,
+    p: IntentResolve,
+) -> StoreResult<Option<IntentRow>> {
+    let from: Vec<&str> = p.from.iter().map(|s| s.as_str()).collect();
+    let (state, result, refs, error) = match p.resolution.clone() {
+        IntentResolution::Absent => {
+            let gone: Option<String> =
+                sqlx::query_scalar(include_str!("../../queries/intent/delete.sql"))
+                    .bind(&p.token.key)
+                    .bind(p.token.fence)
+                    .bind(&from)
+                    .fetch_optional(&mut *c)
+                    .await
+                    .map_err(interpret_error)?;
+            return match gone {
+                Some(_) => Ok(None),
+                None => Err(unresolved(c, &p).await),
+            };
+        }
+        IntentResolution::Applied {
+            result,
+            remote_refs,
+        } => (
+            IntentState::Completed,
+            Some(result),
+            Some(remote_refs),
+            None,
+        ),
+        IntentResolution::Duplicate { remote_refs } => {
+            (IntentState::Duplicate, None, Some(remote_refs), None)
+        }
+        IntentResolution::Manual { error } => (IntentState::Manual, None, None, Some(error)),
+    };
+    let r = sqlx::query(include_str!("../../queries/intent/resolve.sql"))
+        .bind(&p.token.key)
+        .bind(p.token.fence)
+        .bind(&from)
+        .bind(state.as_str())
+        .bind(result.map(Json))
+        .bind(refs.map(Json))
+        .bind(error)
+        .bind(p.now)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(interpret_error)?;
+    match r {
+        Some(r) => row::intent(&r).map(Some),
+        None => Err(unresolved(c, &p).await),
+    }
+}
+
+/// Why a resolution matched nothing.
+async fn unresolved(c: &mut PgConnection, p: &IntentResolve) -> StoreError {
+    match holder(c, GET, &p.token.key, row::intent).await {
+        Ok(Some(found)) => p.conflict_with(&found),
+        Ok(None) => StoreError::not_found(format!("intent {:?}", p.token.key)),
+        Err(e) => e,
+    }
+}
+
+pub(crate) async fn get<'e, E>(ex: E, key: String) -> StoreResult<Option<IntentRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let r = sqlx::query(GET)
+        .bind(key)
+        .fetch_optional(ex)
+        .await
+        .map_err(interpret_error)?;
+    r.as_ref().map(row::intent).transpose()
+}
+
+pub(crate) async fn list<'e, E>(ex: E, p: IntentList) -> StoreResult<Vec<IntentRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../../queries/intent/list.sql"))
+        .bind(p.state_names())
+        .bind(p.unkeyed)
+        .bind(p.updated_before)
+        .bind(p.created_since)
+        .bind(p.job_id)
+        .bind(p.after.clone())
+        .bind(i64::from(p.limit))
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(row::intent).collect()
+}

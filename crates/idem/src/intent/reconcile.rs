@@ -1,0 +1,291 @@
+//! Reconciliation: settling intents whose outcome is unknown by looking the call up on
+//! the remote, and the audit that looks completed unkeyed calls up again so a late
+//! duplicate (sent by a paused holder that woke after losing its lease) is made visible.
+//!
+//! What must stay true: an unknown call is never sent again until the remote has been
+//! asked and said *absent*, and only after a settle delay (a call still in flight there
+//! must have landed); *cannot tell* parks the intent as `manual` for an operator, never
+//! re-sent automatically; *duplicate* records every copy and never picks one. Every
+//! resolution is conditional on the state and fence the reconciler read.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_store::{
+    IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, JobRow, JobState,
+    StoreError,
+};
+use serde::Serialize;
+
+use crate::client::Idem;
+use crate::error::IdemError;
+use crate::handler::ErasedHandler;
+
+/// What the remote says about a call, looked up by its reference (the intent's key).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
+    /// Applied once: the remote's id, and the result to store.
+    Applied {
+        /// The remote's id(s) for the one copy.
+        remote_refs: Vec<String>,
+        /// The result handed to the job in place of a call.
+        result: serde_json::Value,
+    },
+    /// Not applied: it may be sent again, with the same reference.
+    Absent,
+    /// Applied two or more times: every copy's id.
+    Duplicate {
+        /// Every copy's id.
+        remote_refs: Vec<String>,
+    },
+    /// The remote could not say (unreachable, no lookup for this kind): an operator
+    /// decides.
+    CannotTell(String),
+}
+
+impl Lookup {
+    /// The answer for the copies a remote lists under one reference.
+    pub fn of_copies(ids: Vec<String>) -> Lookup {
+        match ids.len() {
+            0 => Lookup::Absent,
+            1 => Lookup::Applied {
+                result: serde_json::json!({"reconciled": "applied", "remote_refs": ids}),
+                remote_refs: ids,
+            },
+            _ => Lookup::Duplicate { remote_refs: ids },
+        }
+    }
+}
+
+/// How a reconciliation pass behaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReconcileOptions {
+    /// How long after an intent last changed before an *absent* answer is trusted (a
+    /// call still in flight must have landed) and before a completed unkeyed call is
+    /// audited (default 1 min).
+    pub settle: Duration,
+    /// How far back the audit looks: completed unkeyed intents created within this
+    /// window (default 3 days, the intent retention).
+    pub audit_window: Duration,
+    /// At most this many intents per state per pass (default 1,000).
+    pub limit: u32,
+}
+
+impl Default for ReconcileOptions {
+    fn default() -> Self {
+        ReconcileOptions {
+            settle: Duration::from_secs(60),
+            audit_window: crate::config::DEFAULT_RETENTION,
+            limit: 1000,
+        }
+    }
+}
+
+/// What a reconciliation pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReconcileReport {
+    /// Unknown intents looked up.
+    pub looked_up: u64,
+    /// Found applied once: completed.
+    pub applied: u64,
+    /// Found absent after the settle delay: deleted, so the job sends again.
+    pub absent: u64,
+    /// Found absent before the settle delay: left for a later pass.
+    pub settling: u64,
+    /// Found applied more than once: marked duplicate.
+    pub duplicates: u64,
+    /// The remote could not tell: parked as manual.
+    pub manual: u64,
+    /// Of a kind this process has no handler for: left alone.
+    pub skipped: u64,
+    /// Resolved by someone else meanwhile (state or fence moved on).
+    pub raced: u64,
+    /// Completed unkeyed intents looked up again by the audit.
+    pub audited: u64,
+    /// Of those, found applied more than once: marked duplicate.
+    pub audit_duplicates: u64,
+    /// Dead jobs put back to run once their intent was settled.
+    pub jobs_retried: u64,
+}
+
+/// Runs reconciliation for the job kinds of one worker.
+#[derive(Clone)]
+pub struct Reconciler {
+    idem: Idem,
+    handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+}
+
+impl std::fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut kinds: Vec<&String> = self.handlers.keys().collect();
+        kinds.sort();
+        f.debug_struct("Reconciler").field("kinds", &kinds).finish()
+    }
+}
+
+impl Reconciler {
+    pub(crate) fn new(idem: Idem, handlers: HashMap<String, Arc<dyn ErasedHandler>>) -> Self {
+        Reconciler { idem, handlers }
+    }
+
+    /// One pass: every `unknown` intent is looked up and settled, then completed unkeyed
+    /// intents inside the audit window are looked up again.
+    pub async fn run(&self, opts: ReconcileOptions) -> Result<ReconcileReport, IdemError> {
+        let mut report = ReconcileReport::default();
+        let now = self.idem.now().await?;
+        let settled_before = now - chrono_of(opts.settle)?;
+        for row in self
+            .page(IntentState::Unknown, None, None, opts.limit)
+            .await?
+        {
+            self.settle_unknown(row, settled_before, &mut report)
+                .await?;
+        }
+        let since = now - chrono_of(opts.audit_window)?;
+        let audit = self
+            .page(
+                IntentState::Completed,
+                Some(settled_before),
+                Some(since),
+                opts.limit,
+            )
+            .await?;
+        for row in audit {
+            self.audit(row, &mut report).await?;
+        }
+        Ok(report)
+    }
+
+    async fn page(
+        &self,
+        state: IntentState,
+        updated_before: Option<idem_store::Timestamp>,
+        created_since: Option<idem_store::Timestamp>,
+        limit: u32,
+    ) -> Result<Vec<IntentRow>, IdemError> {
+        let unkeyed = (state == IntentState::Completed).then_some(true);
+        let params = IntentList {
+            states: vec![state],
+            unkeyed,
+            updated_before,
+            created_since,
+            limit,
+            ..IntentList::default()
+        };
+        Ok(self.idem.store.intent_list(params).await?)
+    }
+
+    /// Looks the job's handler's call up; `None` when this process has no handler for
+    /// the job's kind (or the job is gone).
+    async fn lookup(&self, row: &IntentRow) -> Result<Option<(Lookup, JobRow)>, IdemError> {
+        let Some(job) = self.idem.store.job_get(row.job_id).await? else {
+            return Ok(None);
+        };
+        let Some(handler) = self.handlers.get(&job.kind) else {
+            return Ok(None);
+        };
+        let found = handler.clone().lookup(row.clone(), job.clone()).await;
+        Ok(Some((found, job)))
+    }
+
+    async fn settle_unknown(
+        &self,
+        row: IntentRow,
+        settled_before: idem_store::Timestamp,
+        report: &mut ReconcileReport,
+    ) -> Result<(), IdemError> {
+        let Some((found, job)) = self.lookup(&row).await? else {
+            report.skipped += 1;
+            return Ok(());
+        };
+        report.looked_up += 1;
+        let resolution = match found {
+            Lookup::Applied {
+                remote_refs,
+                result,
+            } => {
+                report.applied += 1;
+                IntentResolution::Applied {
+                    result,
+                    remote_refs,
+                }
+            }
+            Lookup::Absent if row.updated_at >= settled_before => {
+                report.settling += 1;
+                return Ok(());
+            }
+            Lookup::Absent => {
+                report.absent += 1;
+                IntentResolution::Absent
+            }
+            Lookup::Duplicate { remote_refs } => {
+                report.duplicates += 1;
+                self.idem.metrics.duplicate_intent();
+                tracing::warn!(key = %row.key, copies = ?remote_refs, "duplicate remote effect");
+                IntentResolution::Duplicate { remote_refs }
+            }
+            Lookup::CannotTell(why) => {
+                report.manual += 1;
+                IntentResolution::Manual { error: why }
+            }
+        };
+        let parks = matches!(resolution, IntentResolution::Manual { .. });
+        if !self
+            .resolve(&row, vec![IntentState::Unknown], resolution, report)
+            .await?
+        {
+            return Ok(());
+        }
+        if !parks && job.state == JobState::Dead {
+            report.jobs_retried += self.idem.retry_jobs_forced(vec![job.id]).await?.len() as u64;
+        }
+        Ok(())
+    }
+
+    async fn audit(&self, row: IntentRow, report: &mut ReconcileReport) -> Result<(), IdemError> {
+        let Some((found, _job)) = self.lookup(&row).await? else {
+            report.skipped += 1;
+            return Ok(());
+        };
+        report.audited += 1;
+        if let Lookup::Duplicate { remote_refs } = found {
+            report.audit_duplicates += 1;
+            self.idem.metrics.duplicate_intent();
+            tracing::warn!(key = %row.key, copies = ?remote_refs, "late duplicate remote effect");
+            let resolution = IntentResolution::Duplicate { remote_refs };
+            self.resolve(&row, vec![IntentState::Completed], resolution, report)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Resolves from what was read; `false` when someone else resolved it meanwhile.
+    async fn resolve(
+        &self,
+        row: &IntentRow,
+        from: Vec<IntentState>,
+        resolution: IntentResolution,
+        report: &mut ReconcileReport,
+    ) -> Result<bool, IdemError> {
+        let params = IntentResolve {
+            token: row.token(),
+            from,
+            resolution,
+            now: self.idem.clock.now(),
+        };
+        match self.idem.store.intent_resolve(params).await {
+            Ok(_) => Ok(true),
+            Err(StoreError::Conflict(_) | StoreError::NotFound { .. }) => {
+                report.raced += 1;
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn chrono_of(d: Duration) -> Result<chrono::Duration, IdemError> {
+    chrono::Duration::from_std(d)
+        .map_err(|_| IdemError::Config(format!("{} is too long", crate::config::human(d))))
+}
