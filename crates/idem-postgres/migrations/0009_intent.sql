@@ -1,13 +1,15 @@
 -- 0009_intent: intents, the two-phase records of effects that leave the store.
 -- One row per logical request (the key), reserved `in_progress` with a lease and a fence
 -- of its own before the call is made, and given its outcome after. The unique key is
--- the only arbiter of who holds it. Completed and failed intents are purged by
--- created_at range once older than the retry horizon; the other states wait for their
--- holder, a reconciler or an operator.
+-- the only arbiter of who holds it. A call that certainly never left keeps its row as
+-- `released`, so the next holder gets a fence no earlier holder had. Completed, failed
+-- and released intents are purged by created_at range once older than the retry
+-- horizon; the other states wait for their holder, a reconciler or an operator.
 CREATE TABLE idem_intent (
     key              text        PRIMARY KEY CHECK (length(key) BETWEEN 1 AND 512),
     state            text        NOT NULL CHECK (state IN ('in_progress', 'completed',
-                                   'failed', 'unknown', 'duplicate', 'manual')),
+                                   'failed', 'unknown', 'duplicate', 'manual',
+                                   'released')),
     fingerprint      text        NOT NULL CHECK (length(fingerprint) BETWEEN 1 AND 128),
     unkeyed          boolean     NOT NULL,
     fence            bigint      NOT NULL,

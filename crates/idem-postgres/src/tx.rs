@@ -131,11 +131,11 @@ impl StoreTx for PgTx {
         ops::intent::renew(&mut *self.tx, p).await
     }
 
-    async fn intent_finish(&mut self, p: IntentFinish) -> StoreResult<Option<IntentRow>> {
+    async fn intent_finish(&mut self, p: IntentFinish) -> StoreResult<IntentRow> {
         ops::intent::finish(&mut *self.tx, p).await
     }
 
-    async fn intent_resolve(&mut self, p: IntentResolve) -> StoreResult<Option<IntentRow>> {
+    async fn intent_resolve(&mut self, p: IntentResolve) -> StoreResult<IntentRow> {
         ops::intent::resolve(&mut self.tx, p).await
     }
 

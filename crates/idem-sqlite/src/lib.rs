@@ -235,14 +235,14 @@ impl Store for SqliteStore {
     async fn intent_finish(
         &self,
         p: idem_store::IntentFinish,
-    ) -> StoreResult<Option<idem_store::IntentRow>> {
+    ) -> StoreResult<idem_store::IntentRow> {
         self.write(move |c| ops::intent::finish(c, &p)).await
     }
 
     async fn intent_resolve(
         &self,
         p: idem_store::IntentResolve,
-    ) -> StoreResult<Option<idem_store::IntentRow>> {
+    ) -> StoreResult<idem_store::IntentRow> {
         self.write(move |c| ops::intent::resolve(c, &p)).await
     }
 

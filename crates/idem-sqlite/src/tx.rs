@@ -212,11 +212,11 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::intent::renew(c, &p)).await
     }
 
-    async fn intent_finish(&mut self, p: IntentFinish) -> StoreResult<Option<IntentRow>> {
+    async fn intent_finish(&mut self, p: IntentFinish) -> StoreResult<IntentRow> {
         self.run(move |c| ops::intent::finish(c, &p)).await
     }
 
-    async fn intent_resolve(&mut self, p: IntentResolve) -> StoreResult<Option<IntentRow>> {
+    async fn intent_resolve(&mut self, p: IntentResolve) -> StoreResult<IntentRow> {
         self.run(move |c| ops::intent::resolve(c, &p)).await
     }
 

@@ -153,6 +153,7 @@ idem_store_tests::store_cases!(
     intent_renew_refuses_a_lapsed_or_lost_holder,
     intent_finish_records_each_outcome,
     intent_finish_released_starts_the_key_afresh,
+    intent_fences_never_repeat_after_release_or_absent,
     intent_finish_refuses_a_stale_fence,
     intent_finish_after_the_lease_lapsed_holds_until_taken_over,
     intent_resolve_applied_or_duplicate_answers_completed,

@@ -12,6 +12,9 @@
 //!   and goes to reconciliation.
 //! - Every later write of a holder carries the intent's fence; a write under any other
 //!   fence is [`crate::StoreError::IntentLost`] and changes nothing.
+//! - A fence is never handed out twice for one key: a call that certainly never left
+//!   keeps its row as `released`, and the next begin takes it with fence + 1, so no
+//!   earlier holder can write to the new holder's intent.
 //! - Reconciliation resolves an intent only from the state and fence it read.
 
 use serde::{Deserialize, Serialize};
@@ -34,17 +37,21 @@ pub enum IntentState {
     Duplicate,
     /// Reconciliation could not tell; an operator decides. Never re-sent automatically.
     Manual,
+    /// The call certainly never left (its holder released it, or reconciliation found it
+    /// absent): the next begin takes the intent, with its fence moved on.
+    Released,
 }
 
 impl IntentState {
     /// Every state, in lifecycle order.
-    pub const ALL: [IntentState; 6] = [
+    pub const ALL: [IntentState; 7] = [
         IntentState::InProgress,
         IntentState::Completed,
         IntentState::Failed,
         IntentState::Unknown,
         IntentState::Duplicate,
         IntentState::Manual,
+        IntentState::Released,
     ];
 
     /// The name stored in the database and shown to operators.
@@ -56,6 +63,7 @@ impl IntentState {
             IntentState::Unknown => "unknown",
             IntentState::Duplicate => "duplicate",
             IntentState::Manual => "manual",
+            IntentState::Released => "released",
         }
     }
 
@@ -67,7 +75,7 @@ impl IntentState {
             .ok_or_else(|| {
                 StoreError::Invalid(format!(
                     "unknown intent state {name:?}; expected one of in_progress, completed, \
-                     failed, unknown, duplicate, manual"
+                     failed, unknown, duplicate, manual, released"
                 ))
             })
     }
@@ -182,7 +190,9 @@ impl IntentBegun {
             return IntentBegun::Mismatch(row);
         }
         match row.state {
-            IntentState::InProgress => IntentBegun::InProgress(row),
+            // A released row is taken by the begin itself; met here only by a begin
+            // that raced its release, which tries again later.
+            IntentState::InProgress | IntentState::Released => IntentBegun::InProgress(row),
             IntentState::Completed | IntentState::Duplicate => IntentBegun::Completed(row),
             IntentState::Failed => IntentBegun::Failed(row),
             IntentState::Unknown | IntentState::Manual => IntentBegun::Reconcile(row),
@@ -242,8 +252,8 @@ pub enum IntentOutcome {
         /// What happened (timeout, reset, 5xx from a service without keys …).
         error: String,
     },
-    /// Certainly never left (connect refused, local validation): the record is deleted,
-    /// so the next `begin` starts afresh.
+    /// Certainly never left (connect refused, local validation): the intent becomes
+    /// `released`, and the next `begin` takes it with the fence moved on.
     Released,
 }
 
@@ -268,8 +278,8 @@ pub enum IntentResolution {
         /// The remote's ids.
         remote_refs: Vec<String>,
     },
-    /// The remote does not have it: the record is deleted, so the next `begin` sends
-    /// again with the same key.
+    /// The remote does not have it: `released`, so the next `begin` takes it (fence
+    /// moved on) and sends again with the same key.
     Absent,
     /// The remote holds two or more copies: `duplicate`, with every id.
     Duplicate {
@@ -341,5 +351,54 @@ impl IntentList {
             &self.states
         };
         states.iter().map(|s| s.as_str()).collect()
+    }
+}
+
+/// The columns a holder's outcome writes: state, result, error, remote ids. Both stores
+/// bind these, so an outcome means the same row on each.
+pub fn outcome_columns(
+    outcome: IntentOutcome,
+) -> (
+    IntentState,
+    Option<serde_json::Value>,
+    Option<String>,
+    Vec<String>,
+) {
+    match outcome {
+        IntentOutcome::Completed {
+            result,
+            remote_refs,
+        } => (IntentState::Completed, Some(result), None, remote_refs),
+        IntentOutcome::Failed { error } => (IntentState::Failed, None, Some(error), vec![]),
+        IntentOutcome::Unknown { error } => (IntentState::Unknown, None, Some(error), vec![]),
+        IntentOutcome::Released => (IntentState::Released, None, None, vec![]),
+    }
+}
+
+/// The columns a resolution writes: state, result, remote ids, error (`None` keeps
+/// what the row has). Both stores bind these.
+pub fn resolution_columns(
+    resolution: IntentResolution,
+) -> (
+    IntentState,
+    Option<serde_json::Value>,
+    Option<Vec<String>>,
+    Option<String>,
+) {
+    match resolution {
+        IntentResolution::Applied {
+            result,
+            remote_refs,
+        } => (
+            IntentState::Completed,
+            Some(result),
+            Some(remote_refs),
+            None,
+        ),
+        IntentResolution::Absent => (IntentState::Released, None, None, None),
+        IntentResolution::Duplicate { remote_refs } => {
+            (IntentState::Duplicate, None, Some(remote_refs), None)
+        }
+        IntentResolution::Manual { error } => (IntentState::Manual, None, None, Some(error)),
     }
 }

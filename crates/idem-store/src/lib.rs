@@ -19,7 +19,7 @@ mod counter;
 mod effect;
 pub mod enqueue;
 mod error;
-mod intent;
+pub mod intent;
 mod job;
 mod ledger;
 mod maintenance;

@@ -37,9 +37,10 @@ pub enum PurgeTarget {
     /// job that may still run again (it exists and is not completed): a late attempt of
     /// that job must find the key its earlier attempt committed.
     EffectKeys,
-    /// Intents (`idem_intent`) completed or failed and created before the cutoff, except
-    /// those of a job that may still run again. Intents in progress, unknown, duplicate
-    /// or manual are kept: they await their holder, a reconciler or an operator.
+    /// Intents (`idem_intent`) completed, failed or released and created before the
+    /// cutoff, except those of a job that may still run again. Intents in progress,
+    /// unknown, duplicate or manual are kept: they await their holder, a reconciler or
+    /// an operator.
     Intents,
     /// Completed and cancelled jobs finalized before the cutoff, with their attempts and
     /// any enqueue key they still hold.

@@ -197,18 +197,12 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// [`StoreTx::intent_finish`] in its own transaction.
-    async fn intent_finish(
-        &self,
-        params: crate::IntentFinish,
-    ) -> StoreResult<Option<crate::IntentRow>> {
+    async fn intent_finish(&self, params: crate::IntentFinish) -> StoreResult<crate::IntentRow> {
         in_tx!(self, intent_finish, params)
     }
 
     /// [`StoreTx::intent_resolve`] in its own transaction.
-    async fn intent_resolve(
-        &self,
-        params: crate::IntentResolve,
-    ) -> StoreResult<Option<crate::IntentRow>> {
+    async fn intent_resolve(&self, params: crate::IntentResolve) -> StoreResult<crate::IntentRow> {
         in_tx!(self, intent_resolve, params)
     }
 
@@ -344,8 +338,9 @@ pub trait StoreTx: Send {
     ) -> StoreResult<crate::CounterAssigned>;
 
     /// Reserves an intent (see [`crate::IntentBegun`]) in one conditional write on its
-    /// key: inserts it, or takes over an `in_progress` one whose lease ended before `now`
-    /// and whose fingerprint matches (an unkeyed one goes to `unknown` instead), only if
+    /// key: inserts it, takes a `released` one, or takes over an `in_progress` one whose
+    /// lease ended before `now` (an unkeyed one goes to `unknown` instead), when the
+    /// fingerprint matches, only if
     /// `params.job` is the job's current claim, checked in the same statement.
     /// [`crate::StoreError::LeaseLost`] when the claim is not current.
     async fn intent_begin(&mut self, params: crate::IntentBegin)
@@ -356,21 +351,18 @@ pub trait StoreTx: Send {
     async fn intent_renew(&mut self, params: crate::IntentRenew) -> StoreResult<crate::IntentRow>;
 
     /// Records the holder's outcome of an `in_progress` intent under its fence; returns
-    /// the row (`None` when released, which deletes it).
-    /// [`crate::StoreError::IntentLost`] when the fence no longer holds it.
-    async fn intent_finish(
-        &mut self,
-        params: crate::IntentFinish,
-    ) -> StoreResult<Option<crate::IntentRow>>;
+    /// the row. [`crate::StoreError::IntentLost`] when the fence no longer holds it.
+    async fn intent_finish(&mut self, params: crate::IntentFinish)
+    -> StoreResult<crate::IntentRow>;
 
     /// Resolves an intent from one of `params.from` states at `params.token.fence`;
-    /// fence + 1. Returns the row (`None` when absent, which deletes it).
+    /// fence + 1. Returns the row.
     /// [`crate::StoreError::Conflict`] when its state or fence moved on,
     /// [`crate::StoreError::NotFound`] when it does not exist.
     async fn intent_resolve(
         &mut self,
         params: crate::IntentResolve,
-    ) -> StoreResult<Option<crate::IntentRow>>;
+    ) -> StoreResult<crate::IntentRow>;
 
     /// Sets the running total of each listed account to the sum of its entries.
     async fn ledger_rebuild(&mut self, accounts: Vec<crate::LedgerMismatch>) -> StoreResult<()>;

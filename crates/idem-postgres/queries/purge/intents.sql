@@ -1,5 +1,5 @@
--- Purges up to $2 completed or failed intents created before $1 (timestamptz), oldest
--- first, except those of a job that may still run again (it exists and is not
+-- Purges up to $2 completed, failed or released intents created before $1
+-- (timestamptz), oldest first, except those of a job that may still run again (it exists and is not
 -- completed), which must find its intent's stored outcome instead of calling again.
 -- Intents in progress, unknown, duplicate or manual are never purged here: they await
 -- their holder, a reconciler or an operator.
@@ -12,14 +12,14 @@ WITH gone AS (
     WHERE i.key = ANY(ARRAY(
             SELECT o.key FROM idem_intent AS o
             WHERE o.created_at < $1
-              AND o.state IN ('completed', 'failed')
+              AND o.state IN ('completed', 'failed', 'released')
               AND coalesce((SELECT j.state FROM idem_job AS j WHERE j.id = o.job_id),
                            'completed') NOT IN ('scheduled', 'available', 'running',
                                                 'retryable', 'dead', 'cancelled')
             ORDER BY o.created_at
             LIMIT $2))
       AND i.created_at < $1
-      AND i.state IN ('completed', 'failed')
+      AND i.state IN ('completed', 'failed', 'released')
       AND coalesce((SELECT j.state FROM idem_job AS j WHERE j.id = i.job_id),
                    'completed') NOT IN ('scheduled', 'available', 'running', 'retryable',
                                         'dead', 'cancelled')

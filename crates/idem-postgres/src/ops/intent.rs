@@ -3,9 +3,10 @@
 //! under the intent's own fence, and reconciliation's resolutions from the state and
 //! fence it read.
 
+use idem_store::intent::{outcome_columns, resolution_columns};
 use idem_store::{
-    IntentBegin, IntentBegun, IntentFinish, IntentList, IntentOutcome, IntentRenew,
-    IntentResolution, IntentResolve, IntentRow, IntentState, StoreError, StoreResult,
+    IntentBegin, IntentBegun, IntentFinish, IntentList, IntentRenew, IntentResolve, IntentRow,
+    IntentState, StoreError, StoreResult,
 };
 use sqlx::types::Json;
 use sqlx::{Executor, PgConnection, Postgres};
@@ -66,31 +67,11 @@ where
     }
 }
 
-pub(crate) async fn finish<'e, E>(ex: E, p: IntentFinish) -> StoreResult<Option<IntentRow>>
+pub(crate) async fn finish<'e, E>(ex: E, p: IntentFinish) -> StoreResult<IntentRow>
 where
     E: Executor<'e, Database = Postgres>,
 {
-    let (state, result, error, refs) = match p.outcome {
-        IntentOutcome::Released => {
-            let gone: Option<String> =
-                sqlx::query_scalar(include_str!("../../queries/intent/release.sql"))
-                    .bind(&p.token.key)
-                    .bind(p.token.fence)
-                    .fetch_optional(ex)
-                    .await
-                    .map_err(interpret_error)?;
-            return match gone {
-                Some(_) => Ok(None),
-                None => Err(StoreError::intent_lost(&p.token)),
-            };
-        }
-        IntentOutcome::Completed {
-            result,
-            remote_refs,
-        } => (IntentState::Completed, Some(result), None, remote_refs),
-        IntentOutcome::Failed { error } => (IntentState::Failed, None, Some(error), vec![]),
-        IntentOutcome::Unknown { error } => (IntentState::Unknown, None, Some(error), vec![]),
-    };
+    let (state, result, error, refs) = outcome_columns(p.outcome);
     let r = sqlx::query(include_str!("../../queries/intent/finish.sql"))
         .bind(&p.token.key)
         .bind(p.token.fence)
@@ -103,47 +84,16 @@ where
         .await
         .map_err(interpret_error)?;
     match r {
-        Some(r) => row::intent(&r).map(Some),
+        Some(r) => row::intent(&r),
         None => Err(StoreError::intent_lost(&p.token)),
     }
 }
 
 /// Resolves from the state and fence the resolver read; when nothing matched, reads the
 /// intent to say whether it moved on (`Conflict`) or does not exist (`NotFound`).
-pub(crate) async fn resolve(
-    c: &mut PgConnection,
-    p: IntentResolve,
-) -> StoreResult<Option<IntentRow>> {
+pub(crate) async fn resolve(c: &mut PgConnection, p: IntentResolve) -> StoreResult<IntentRow> {
     let from: Vec<&str> = p.from.iter().map(|s| s.as_str()).collect();
-    let (state, result, refs, error) = match p.resolution.clone() {
-        IntentResolution::Absent => {
-            let gone: Option<String> =
-                sqlx::query_scalar(include_str!("../../queries/intent/delete.sql"))
-                    .bind(&p.token.key)
-                    .bind(p.token.fence)
-                    .bind(&from)
-                    .fetch_optional(&mut *c)
-                    .await
-                    .map_err(interpret_error)?;
-            return match gone {
-                Some(_) => Ok(None),
-                None => Err(unresolved(c, &p).await),
-            };
-        }
-        IntentResolution::Applied {
-            result,
-            remote_refs,
-        } => (
-            IntentState::Completed,
-            Some(result),
-            Some(remote_refs),
-            None,
-        ),
-        IntentResolution::Duplicate { remote_refs } => {
-            (IntentState::Duplicate, None, Some(remote_refs), None)
-        }
-        IntentResolution::Manual { error } => (IntentState::Manual, None, None, Some(error)),
-    };
+    let (state, result, refs, error) = resolution_columns(p.resolution.clone());
     let r = sqlx::query(include_str!("../../queries/intent/resolve.sql"))
         .bind(&p.token.key)
         .bind(p.token.fence)
@@ -157,7 +107,7 @@ pub(crate) async fn resolve(
         .await
         .map_err(interpret_error)?;
     match r {
-        Some(r) => row::intent(&r).map(Some),
+        Some(r) => row::intent(&r),
         None => Err(unresolved(c, &p).await),
     }
 }

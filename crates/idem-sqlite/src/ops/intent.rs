@@ -3,14 +3,14 @@
 //! under the intent's own fence, and reconciliation's resolutions from the state and
 //! fence it read.
 
+use idem_store::intent::{outcome_columns, resolution_columns};
 use idem_store::{
-    IntentBegin, IntentBegun, IntentFinish, IntentList, IntentOutcome, IntentRenew,
-    IntentResolution, IntentResolve, IntentRow, IntentState, JobLock, StoreError, StoreResult,
+    IntentBegin, IntentBegun, IntentFinish, IntentList, IntentRenew, IntentResolve, IntentRow,
+    IntentState, JobLock, StoreError, StoreResult,
 };
 use rusqlite::{Connection, params};
 
 use super::{json_list, rows};
-use crate::error::interpret_error;
 use crate::row::{self, ts_to_ms};
 
 const GET: &str = include_str!("../../queries/intent/get.sql");
@@ -53,88 +53,41 @@ pub(crate) fn renew(c: &Connection, p: &IntentRenew) -> StoreResult<IntentRow> {
         .ok_or_else(|| StoreError::intent_lost(&p.token))
 }
 
-pub(crate) fn finish(c: &Connection, p: &IntentFinish) -> StoreResult<Option<IntentRow>> {
-    let (state, result, error, refs) = match &p.outcome {
-        IntentOutcome::Released => {
-            let sql = include_str!("../../queries/intent/release.sql");
-            let gone = rows(c, sql, params![p.token.key, p.token.fence], key)?;
-            return match gone.is_empty() {
-                false => Ok(None),
-                true => Err(StoreError::intent_lost(&p.token)),
-            };
-        }
-        IntentOutcome::Completed {
-            result,
-            remote_refs,
-        } => (
-            IntentState::Completed,
-            Some(json_list(result)?),
-            None,
-            remote_refs.clone(),
-        ),
-        IntentOutcome::Failed { error } => (IntentState::Failed, None, Some(error), vec![]),
-        IntentOutcome::Unknown { error } => (IntentState::Unknown, None, Some(error), vec![]),
-    };
+pub(crate) fn finish(c: &Connection, p: &IntentFinish) -> StoreResult<IntentRow> {
+    let (state, result, error, refs) = outcome_columns(p.outcome.clone());
     let sql = include_str!("../../queries/intent/finish.sql");
     let args = params![
         p.token.key,
         p.token.fence,
         state.as_str(),
-        result,
+        result.as_ref().map(json_list).transpose()?,
         error,
         json_list(&refs)?,
         p.now.map(ts_to_ms)
     ];
-    match rows(c, sql, args, row::intent)?.pop() {
-        Some(row) => Ok(Some(row)),
-        None => Err(StoreError::intent_lost(&p.token)),
-    }
+    rows(c, sql, args, row::intent)?
+        .pop()
+        .ok_or_else(|| StoreError::intent_lost(&p.token))
 }
 
 /// Resolves from the state and fence the resolver read; when nothing matched, reads the
 /// intent to say whether it moved on (`Conflict`) or does not exist (`NotFound`).
-pub(crate) fn resolve(c: &Connection, p: &IntentResolve) -> StoreResult<Option<IntentRow>> {
+pub(crate) fn resolve(c: &Connection, p: &IntentResolve) -> StoreResult<IntentRow> {
     let from: Vec<&str> = p.from.iter().map(|s| s.as_str()).collect();
-    let from = json_list(&from)?;
-    let (state, result, refs, error) = match &p.resolution {
-        IntentResolution::Absent => {
-            let sql = include_str!("../../queries/intent/delete.sql");
-            let gone = rows(c, sql, params![p.token.key, p.token.fence, from], key)?;
-            return match gone.is_empty() {
-                false => Ok(None),
-                true => Err(unresolved(c, p)),
-            };
-        }
-        IntentResolution::Applied {
-            result,
-            remote_refs,
-        } => (
-            IntentState::Completed,
-            Some(json_list(result)?),
-            Some(json_list(remote_refs)?),
-            None,
-        ),
-        IntentResolution::Duplicate { remote_refs } => (
-            IntentState::Duplicate,
-            None,
-            Some(json_list(remote_refs)?),
-            None,
-        ),
-        IntentResolution::Manual { error } => (IntentState::Manual, None, None, Some(error)),
-    };
+    let (state, result, refs, error) = resolution_columns(p.resolution.clone());
     let sql = include_str!("../../queries/intent/resolve.sql");
     let args = params![
         p.token.key,
         p.token.fence,
-        from,
+        json_list(&from)?,
         state.as_str(),
-        result,
-        refs,
+        result.as_ref().map(json_list).transpose()?,
+        refs.as_ref().map(json_list).transpose()?,
         error,
         p.now.map(ts_to_ms)
     ];
     match rows(c, sql, args, row::intent)?.pop() {
-        Some(row) => Ok(Some(row)),
+        Some(row) => Ok(row),
         None => Err(unresolved(c, p)),
     }
 }
@@ -164,9 +117,4 @@ pub(crate) fn list(c: &Connection, p: &IntentList) -> StoreResult<Vec<IntentRow>
         i64::from(p.limit)
     ];
     rows(c, sql, args, row::intent)
-}
-
-/// The key a delete returned.
-fn key(r: &rusqlite::Row<'_>) -> StoreResult<String> {
-    r.get(0).map_err(interpret_error)
 }

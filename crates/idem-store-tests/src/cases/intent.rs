@@ -94,6 +94,22 @@ pub(crate) fn fresh(key: &str, job: &JobRow, ms: i64) -> IntentRow {
     }
 }
 
+/// The row a begin by `job` at `at(ms)` writes when it takes the keyed intent `was`
+/// (released, or lapsed): in progress again, attempt and fence moved on.
+pub(crate) fn taken(key: &str, was: &IntentRow, job: &JobRow, ms: i64) -> IntentRow {
+    IntentRow {
+        state: IntentState::InProgress,
+        fence: was.fence + 1,
+        attempt: was.attempt + 1,
+        lease_expires_at: Some(at(ms + INTENT_LEASE_MS)),
+        job_id: job.id,
+        job_fence: job.fence,
+        updated_at: at(ms),
+        created_at: was.created_at,
+        ..fresh(key, job, ms)
+    }
+}
+
 /// The intent as stored now.
 pub(crate) async fn stored(db: &TestDb, key: &str) -> Option<IntentRow> {
     db.store
@@ -118,7 +134,7 @@ pub(crate) async fn finish(
     token: IntentToken,
     outcome: IntentOutcome,
     ms: i64,
-) -> StoreResult<Option<IntentRow>> {
+) -> StoreResult<IntentRow> {
     let params = IntentFinish {
         token,
         outcome,
@@ -134,7 +150,7 @@ async fn resolve(
     from: &[IntentState],
     resolution: IntentResolution,
     ms: i64,
-) -> StoreResult<Option<IntentRow>> {
+) -> StoreResult<IntentRow> {
     let params = IntentResolve {
         token,
         from: from.to_vec(),
@@ -153,7 +169,7 @@ pub(crate) fn applied(key: &str) -> IntentOutcome {
 }
 
 /// Begins `params` and brings the intent to `state` at `at(ms)`: finished (completed,
-/// failed, unknown) by its holder, or resolved from `unknown` (duplicate, manual).
+/// failed, unknown, released) by its holder, or resolved from `unknown` (duplicate, manual).
 async fn intent_in(db: &TestDb, params: IntentBegin, state: IntentState, ms: i64) -> IntentRow {
     let key = params.key.clone();
     let held = begun(db.store.intent_begin(params).await.expect("intent_begin"));
@@ -163,12 +179,12 @@ async fn intent_in(db: &TestDb, params: IntentBegin, state: IntentState, ms: i64
         IntentState::Failed => IntentOutcome::Failed {
             error: "card declined".into(),
         },
+        IntentState::Released => IntentOutcome::Released,
         _ => IntentOutcome::Unknown {
             error: "timed out".into(),
         },
     };
     let row = finish(db, held.token(), outcome, ms).await.expect("finish");
-    let row = row.expect("a finished row");
     let resolution = match state {
         IntentState::Duplicate => IntentResolution::Duplicate {
             remote_refs: vec![format!("ch_{key}_1"), format!("ch_{key}_2")],
@@ -179,7 +195,7 @@ async fn intent_in(db: &TestDb, params: IntentBegin, state: IntentState, ms: i64
         _ => return row,
     };
     let row = resolve(db, row.token(), &OPEN, resolution, ms).await;
-    row.expect("resolve").expect("a resolved row")
+    row.expect("resolve")
 }
 
 /// [`intent_in`] for a [`keyed`] begin of `key` by `job` at `at(ms)`.
@@ -447,14 +463,15 @@ pub async fn intent_renew_refuses_a_lapsed_or_lost_holder(db: &TestDb) {
     assert_eq!(stored(db, "taken").await, Some(second));
     let held = begun(begin(db, "done", &job, 1_000).await);
     let done = finish(db, held.token(), applied("done"), 2_000).await;
-    let done = done.expect("finish").expect("a row");
+    let done = done.expect("finish");
     assert_intent_lost(renew(db, held.token(), 1, 3_000).await, &held.token());
     assert_eq!(stored(db, "done").await, Some(done));
     let held = begun(begin(db, "released", &job, 1_000).await);
-    let gone = finish(db, held.token(), IntentOutcome::Released, 2_000).await;
-    assert_eq!(gone.expect("release"), None);
+    let released = finish(db, held.token(), IntentOutcome::Released, 2_000).await;
+    let released = released.expect("release");
+    assert_eq!(released.state, IntentState::Released);
     assert_intent_lost(renew(db, held.token(), 1, 3_000).await, &held.token());
-    assert_eq!(stored(db, "released").await, None);
+    assert_eq!(stored(db, "released").await, Some(released));
 }
 
 /// The holder's outcome is recorded under its fence: `Completed` stores the result (a
@@ -514,22 +531,100 @@ pub async fn intent_finish_records_each_outcome(db: &TestDb) {
             },
             IntentOutcome::Released => unreachable!("not among the outcomes"),
         };
-        assert_eq!(row.expect("finish"), Some(expected.clone()), "{key}");
+        assert_eq!(row.expect("finish"), expected.clone(), "{key}");
         assert_eq!(stored(db, key).await, Some(expected), "{key}");
     }
 }
 
-/// A released intent (the call certainly never left) is deleted: the finish returns no
-/// row, and the next begin, by any claim, starts afresh with fence 1 and attempt 1.
+/// A released intent (the call certainly never left) keeps its row as `released`, and
+/// the next begin, by any claim and at once, takes it with attempt and fence moved on.
 pub async fn intent_finish_released_starts_the_key_afresh(db: &TestDb) {
     let first = claimed(db, "q-1").await;
     let second = claimed(db, "q-2").await;
     let held = begun(begin(db, "mail:1", &first, 1_000).await);
-    let gone = finish(db, held.token(), IntentOutcome::Released, 2_000).await;
-    assert_eq!(gone.expect("release"), None);
-    assert_eq!(stored(db, "mail:1").await, None);
+    let released = finish(db, held.token(), IntentOutcome::Released, 2_000).await;
+    let released = released.expect("release");
+    let expected = IntentRow {
+        state: IntentState::Released,
+        lease_expires_at: None,
+        updated_at: at(2_000),
+        ..held.clone()
+    };
+    assert_eq!(released, expected);
+    assert_eq!(stored(db, "mail:1").await, Some(expected));
     let again = begin(db, "mail:1", &second, 3_000).await;
-    assert_eq!(again, IntentBegun::Begun(fresh("mail:1", &second, 3_000)));
+    assert_eq!(
+        again,
+        IntentBegun::Begun(taken("mail:1", &held, &second, 3_000))
+    );
+}
+
+/// A fence is never handed out twice for one key: a zombie holder (taken over, then
+/// the taker released the call, then a new holder began) cannot renew, finish or
+/// release the new holder's intent, and neither can a holder from before a
+/// reconciliation found the call absent.
+pub async fn intent_fences_never_repeat_after_release_or_absent(db: &TestDb) {
+    let zombie_job = claimed(db, "q-1").await;
+    let taker = claimed(db, "q-2").await;
+    let third = claimed(db, "q-3").await;
+    let zombie = begun(begin(db, "again:1", &zombie_job, 1_000).await);
+    let took = begun(begin(db, "again:1", &taker, ENDS + 1).await);
+    finish(db, took.token(), IntentOutcome::Released, ENDS + 2)
+        .await
+        .expect("the taker releases");
+    let now_held = begun(begin(db, "again:1", &third, ENDS + 3).await);
+    assert!(now_held.fence > took.fence, "{now_held:?} after {took:?}");
+    let before = stored(db, "again:1").await;
+    assert_intent_lost(
+        renew(db, zombie.token(), 1_000, ENDS + 4).await,
+        &zombie.token(),
+    );
+    let late = finish(db, zombie.token(), applied("zombie"), ENDS + 4).await;
+    assert_intent_lost(late, &zombie.token());
+    let late = finish(db, zombie.token(), IntentOutcome::Released, ENDS + 4).await;
+    assert_intent_lost(late, &zombie.token());
+    assert_eq!(
+        stored(db, "again:1").await,
+        before,
+        "the new holder's intent is untouched"
+    );
+
+    // Unkeyed: the lapsed holder's intent goes to unknown, reconciliation finds the call
+    // absent, a new holder begins; the lapsed holder still holds nothing.
+    let mut params = keyed("absent:1", &zombie_job, 1_000);
+    params.unkeyed = true;
+    let lapsed = begun(db.store.intent_begin(params.clone()).await.expect("begin"));
+    params.job = taker.lease_token();
+    params.now = Some(at(ENDS + 1));
+    let unknown = match db.store.intent_begin(params.clone()).await.expect("begin") {
+        IntentBegun::Reconcile(row) => row,
+        other => panic!("an unkeyed takeover reconciles: {other:?}"),
+    };
+    resolve(
+        db,
+        unknown.token(),
+        &[IntentState::Unknown],
+        IntentResolution::Absent,
+        ENDS + 2,
+    )
+    .await
+    .expect("absent");
+    params.job = third.lease_token();
+    params.now = Some(at(ENDS + 3));
+    let resent = begun(db.store.intent_begin(params).await.expect("begin"));
+    assert!(resent.fence > unknown.fence, "{resent:?} after {unknown:?}");
+    let before = stored(db, "absent:1").await;
+    assert_intent_lost(
+        renew(db, lapsed.token(), 1_000, ENDS + 4).await,
+        &lapsed.token(),
+    );
+    let late = finish(db, lapsed.token(), applied("lapsed"), ENDS + 4).await;
+    assert_intent_lost(late, &lapsed.token());
+    assert_eq!(
+        stored(db, "absent:1").await,
+        before,
+        "the new holder's intent is untouched"
+    );
 }
 
 /// A holder whose intent was taken over (a zombie past its lease) cannot record any
@@ -556,10 +651,14 @@ pub async fn intent_finish_refuses_a_stale_fence(db: &TestDb) {
         assert_eq!(stored(db, &key).await, Some(current.clone()), "{outcome:?}");
         let done = finish(db, current.token(), applied(&key), ENDS + 3).await;
         let done = done.expect("the current holder's finish");
-        assert_eq!(done.as_ref().map(|r| r.state), Some(IntentState::Completed));
+        assert_eq!(done.state, IntentState::Completed);
         let twice = finish(db, current.token(), outcome, ENDS + 4).await;
         assert_intent_lost(twice, &current.token());
-        assert_eq!(stored(db, &key).await, done, "the first outcome stands");
+        assert_eq!(
+            stored(db, &key).await,
+            Some(done),
+            "the first outcome stands"
+        );
     }
 }
 
@@ -572,7 +671,6 @@ pub async fn intent_finish_after_the_lease_lapsed_holds_until_taken_over(db: &Te
     let held = begun(begin(db, "late", &job, 1_000).await);
     let late = finish(db, held.token(), applied("late"), ENDS + 50_000).await;
     let done = late.expect("a lapsed holder nobody replaced finishes");
-    let done = done.expect("a row");
     let got = (done.state, done.fence, done.updated_at);
     assert_eq!(got, (IntentState::Completed, 1, at(ENDS + 50_000)));
     let answer = begin(db, "late", &other, ENDS + 50_001).await;
@@ -585,7 +683,7 @@ async fn resolved(
     read: &IntentRow,
     resolution: IntentResolution,
     ms: i64,
-) -> Option<IntentRow> {
+) -> IntentRow {
     let row = resolve(db, read.token(), &OPEN, resolution, ms).await;
     row.expect("resolve")
 }
@@ -602,7 +700,7 @@ pub async fn intent_resolve_applied_or_duplicate_answers_completed(db: &TestDb) 
         result: result.clone(),
         remote_refs: vec!["ch_1".into()],
     };
-    let row = resolved(db, &found, apply, 2_000).await.expect("a row");
+    let row = resolved(db, &found, apply, 2_000).await;
     let expected = IntentRow {
         state: IntentState::Completed,
         fence: 2,
@@ -620,7 +718,7 @@ pub async fn intent_resolve_applied_or_duplicate_answers_completed(db: &TestDb) 
     let dup = IntentResolution::Duplicate {
         remote_refs: copies.clone(),
     };
-    let row = resolved(db, &found, dup, 2_000).await.expect("a row");
+    let row = resolved(db, &found, dup, 2_000).await;
     let expected = IntentRow {
         state: IntentState::Duplicate,
         fence: 2,
@@ -643,7 +741,7 @@ pub async fn intent_resolve_manual_awaits_an_operator(db: &TestDb) {
     let found = intent_at(db, "r:manual", IntentState::Unknown, &job, 1_000).await;
     let why = "the remote has no search".to_owned();
     let manual = IntentResolution::Manual { error: why.clone() };
-    let row = resolved(db, &found, manual, 2_000).await.expect("a row");
+    let row = resolved(db, &found, manual, 2_000).await;
     let expected = IntentRow {
         state: IntentState::Manual,
         fence: 2,
@@ -660,22 +758,31 @@ pub async fn intent_resolve_manual_awaits_an_operator(db: &TestDb) {
     };
     let from = [IntentState::Manual];
     let settled = resolve(db, row.token(), &from, apply, 4_000).await;
-    let settled = settled.expect("resolve from manual").expect("a row");
+    let settled = settled.expect("resolve from manual");
     assert_eq!((settled.state, settled.fence), (IntentState::Completed, 3));
     assert_eq!(stored(db, "r:manual").await, Some(settled));
 }
 
-/// `Absent` (the remote does not have the call) deletes the intent: the resolution
-/// returns no row, and the next begin starts afresh with fence 1 and attempt 1.
+/// `Absent` (the remote does not have the call) makes the intent `released`, fence + 1,
+/// and the next begin takes it at once with attempt and fence moved on.
 pub async fn intent_resolve_absent_starts_the_key_afresh(db: &TestDb) {
     let job = claimed(db, "q-1").await;
     let other = claimed(db, "q-2").await;
     let found = intent_at(db, "r:absent", IntentState::Unknown, &job, 1_000).await;
-    let gone = resolved(db, &found, IntentResolution::Absent, 2_000).await;
-    assert_eq!(gone, None);
-    assert_eq!(stored(db, "r:absent").await, None);
+    let released = resolved(db, &found, IntentResolution::Absent, 2_000).await;
+    let expected = IntentRow {
+        state: IntentState::Released,
+        fence: found.fence + 1,
+        updated_at: at(2_000),
+        ..found.clone()
+    };
+    assert_eq!(released, expected);
+    assert_eq!(stored(db, "r:absent").await, Some(expected.clone()));
     let again = begin(db, "r:absent", &other, 3_000).await;
-    assert_eq!(again, IntentBegun::Begun(fresh("r:absent", &other, 3_000)));
+    assert_eq!(
+        again,
+        IntentBegun::Begun(taken("r:absent", &expected, &other, 3_000))
+    );
 }
 
 /// A resolution from a read that is no longer true — a fence that moved on, a state not
@@ -688,7 +795,7 @@ pub async fn intent_resolve_refuses_a_stale_read(db: &TestDb) {
         error: "cannot tell".into(),
     };
     let now = resolve(db, read.token(), &OPEN, manual, 2_000).await;
-    let now = now.expect("resolve").expect("a row");
+    let now = now.expect("resolve");
     let live = begun(begin(db, "r:live", &job, 1_000).await);
     let resolutions = [
         IntentResolution::Applied {
@@ -729,7 +836,7 @@ pub async fn intent_resolve_duplicate_from_completed_keeps_the_result(db: &TestD
         remote_refs: copies.clone(),
     };
     let row = resolve(db, done.token(), &[IntentState::Completed], dup, 2_000).await;
-    let row = row.expect("resolve").expect("a row");
+    let row = row.expect("resolve");
     let expected = IntentRow {
         state: IntentState::Duplicate,
         fence: 2,
@@ -797,7 +904,7 @@ pub async fn intent_writes_roll_back_with_their_transaction(db: &TestDb) {
         error: "reset".into(),
     };
     let found = finish(db, held.token(), unknown, 4_000).await;
-    let found = found.expect("finish").expect("a row");
+    let found = found.expect("finish");
     let mut tx = db.store.begin().await.expect("begin");
     let params = IntentResolve {
         token: found.token(),
@@ -805,8 +912,8 @@ pub async fn intent_writes_roll_back_with_their_transaction(db: &TestDb) {
         resolution: IntentResolution::Absent,
         now: Some(at(5_000)),
     };
-    let gone = tx.intent_resolve(params).await.expect("resolve in tx");
-    assert_eq!(gone, None);
+    let released = tx.intent_resolve(params).await.expect("resolve in tx");
+    assert_eq!(released.state, IntentState::Released);
     tx.rollback().await.expect("rollback");
     assert_eq!(
         stored(db, "tx:1").await,
@@ -960,7 +1067,7 @@ async fn all_intents(db: &TestDb) -> Vec<IntentRow> {
     db.store.intent_list(params).await.expect("intent_list")
 }
 
-/// The purge of intents takes completed and failed ones created before the cutoff
+/// The purge of intents takes completed, failed and released ones created before the cutoff
 /// (strictly) whose job completed or is gone, oldest first, at most `limit` per call;
 /// `purge_count` agrees. It keeps intents in progress, unknown, duplicate or manual at
 /// any age, those created at the cutoff or later, and those of a job that may still
@@ -975,6 +1082,7 @@ pub async fn intent_purge_takes_finished_intents_of_finished_jobs(db: &TestDb) {
     intent_at(db, "done:completed", IntentState::Completed, &done, 1_000).await;
     intent_at(db, "gone:completed", IntentState::Completed, &gone, 2_000).await;
     intent_at(db, "done:failed", IntentState::Failed, &done, 3_000).await;
+    intent_at(db, "done:released", IntentState::Released, &done, 4_000).await;
     for state in [IntentState::InProgress, IntentState::Unknown] {
         intent_at(db, &format!("done:{state}"), state, &done, 1_000).await;
     }
@@ -988,20 +1096,25 @@ pub async fn intent_purge_takes_finished_intents_of_finished_jobs(db: &TestDb) {
         intent_at(db, &key, IntentState::Completed, job, 1_000).await;
     }
     finish_jobs(db, &done, &gone, &live).await;
-    let purged = ["done:completed", "gone:completed", "done:failed"];
+    let purged = [
+        "done:completed",
+        "gone:completed",
+        "done:failed",
+        "done:released",
+    ];
     let mut kept = all_intents(db).await;
     kept.retain(|r| !purged.contains(&r.key.as_str()));
     assert_eq!(kept.len(), 10);
     let cutoff = at(5_000);
-    assert_eq!(count(db, cutoff).await, 3);
+    assert_eq!(count(db, cutoff).await, 4);
     assert_eq!(purge(db, cutoff, 1).await, 1);
     assert_eq!(stored(db, "done:completed").await, None, "the oldest first");
     assert!(
         stored(db, "gone:completed").await.is_some(),
         "the next waits"
     );
-    assert_eq!(count(db, cutoff).await, 2);
-    assert_eq!(purge(db, cutoff, 10).await, 2);
+    assert_eq!(count(db, cutoff).await, 3);
+    assert_eq!(purge(db, cutoff, 10).await, 3);
     assert_eq!(count(db, cutoff).await, 0);
     assert_eq!(purge(db, cutoff, 10).await, 0);
     assert_eq!(all_intents(db).await, kept, "the rest untouched");

@@ -20,7 +20,7 @@ use idem_store::{
 use tokio::sync::Barrier;
 
 use super::intent::{
-    ENDS, applied, assert_intent_lost, begin, begun, claimed, finish, fresh, keyed, stored,
+    ENDS, applied, assert_intent_lost, begin, begun, claimed, finish, fresh, keyed, stored, taken,
 };
 use crate::TestDb;
 use crate::fixture::{
@@ -240,7 +240,6 @@ pub async fn intent_takeover_waits_for_the_holders_finish(db: &TestDb) {
         now: Some(at(ENDS + 1)),
     };
     let done = tx.intent_finish(params).await.expect("finish in tx");
-    let done = done.expect("a row");
     let racer = spawn_begin(db, keyed("pay:1", &taker, ENDS + 2)).await;
     assert_waits_for(db, &mut tx, &racer).await;
     tx.commit().await.expect("commit the finish");
@@ -249,7 +248,7 @@ pub async fn intent_takeover_waits_for_the_holders_finish(db: &TestDb) {
 }
 
 /// A begin racing the release of the key's intent, not yet committed, waits for it and
-/// then takes the freed key afresh: `Begun`, fence 1, attempt 1.
+/// then takes the released key: `Begun`, with attempt and fence moved on.
 pub async fn intent_begin_waits_for_a_release_and_takes_the_key(db: &TestDb) {
     let holder = claimed(db, "q-h").await;
     let next = claimed(db, "q-n").await;
@@ -260,11 +259,12 @@ pub async fn intent_begin_waits_for_a_release_and_takes_the_key(db: &TestDb) {
         outcome: IntentOutcome::Released,
         now: Some(at(2_000)),
     };
-    assert_eq!(tx.intent_finish(params).await.expect("release"), None);
+    let released = tx.intent_finish(params).await.expect("release");
+    assert_eq!(released.state, IntentState::Released);
     let racer = spawn_begin(db, keyed("mail:1", &next, 3_000)).await;
     assert_waits_for(db, &mut tx, &racer).await;
     tx.commit().await.expect("commit the release");
-    let expected = fresh("mail:1", &next, 3_000);
+    let expected = taken("mail:1", &held, &next, 3_000);
     assert_eq!(answer(racer).await, IntentBegun::Begun(expected.clone()));
     assert_eq!(stored(db, "mail:1").await, Some(expected));
 }
@@ -277,7 +277,7 @@ pub async fn intent_purge_spares_an_intent_resolved_meanwhile(db: &TestDb) {
     let job = claimed(db, "q-1").await;
     let held = begun(begin(db, "audit:1", &job, 1_000).await);
     let done = finish(db, held.token(), applied("audit:1"), 2_000).await;
-    let done = done.expect("finish").expect("a row");
+    let done = done.expect("finish");
     complete(db, job.lease_token(), at(3_000))
         .await
         .expect("complete");
@@ -291,7 +291,7 @@ pub async fn intent_purge_spares_an_intent_resolved_meanwhile(db: &TestDb) {
         now: Some(at(4_000)),
     };
     let dup = audit.intent_resolve(params).await.expect("resolve in tx");
-    let dup = dup.expect("a row");
+
     let store = db.store.clone();
     let params = Purge {
         target: PurgeTarget::Intents,

@@ -181,17 +181,13 @@ impl IntentGuard {
             result,
             remote_refs,
         };
-        let row = self.finish(outcome).await?;
-        row.ok_or_else(|| {
-            IdemError::Store(StoreError::Database("completion returned no row".into()))
-        })
+        self.finish(outcome).await
     }
 
     /// The remote refused the call for good (it was not applied).
     pub async fn fail(self, error: impl Into<String>) -> Result<IntentRow, IdemError> {
         let error = error.into();
-        let row = self.finish(IntentOutcome::Failed { error }).await?;
-        row.ok_or_else(|| IdemError::Store(StoreError::Database("failure returned no row".into())))
+        self.finish(IntentOutcome::Failed { error }).await
     }
 
     /// The call may or may not have been applied (a timeout, a reset after the request
@@ -199,17 +195,16 @@ impl IntentGuard {
     /// reconciliation.
     pub async fn unknown(self, error: impl Into<String>) -> Result<IntentRow, IdemError> {
         let error = error.into();
-        let row = self.finish(IntentOutcome::Unknown { error }).await?;
-        row.ok_or_else(|| IdemError::Store(StoreError::Database("unknown returned no row".into())))
+        self.finish(IntentOutcome::Unknown { error }).await
     }
 
     /// The call certainly never left (connection refused, local validation): the intent
-    /// is deleted, so the next attempt starts afresh.
-    pub async fn release(self) -> Result<(), IdemError> {
-        self.finish(IntentOutcome::Released).await.map(|_| ())
+    /// is released, and the next attempt takes it with the fence moved on.
+    pub async fn release(self) -> Result<IntentRow, IdemError> {
+        self.finish(IntentOutcome::Released).await
     }
 
-    async fn finish(self, outcome: IntentOutcome) -> Result<Option<IntentRow>, IdemError> {
+    async fn finish(self, outcome: IntentOutcome) -> Result<IntentRow, IdemError> {
         self.renewer.abort();
         let r = &self.renewal;
         let params = IntentFinish {
