@@ -26,6 +26,7 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let remote = MockRemote::start(Mode::Keyed)?;
+//! # let _ = rustls::crypto::ring::default_provider().install_default();
 //! let client = reqwest::Client::new();
 //! for _ in 0..2 {
 //!     client

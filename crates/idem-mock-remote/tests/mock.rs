@@ -9,7 +9,14 @@ use serde_json::{Value, json};
 
 /// A client that ignores proxy settings from the environment.
 fn client() -> Client {
-    Client::builder().no_proxy().build().unwrap()
+    builder().build().unwrap()
+}
+
+/// A client builder without proxies, with the TLS provider the workspace builds (ring:
+/// reqwest comes without one).
+fn builder() -> reqwest::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::builder().no_proxy()
 }
 
 /// `POST /effects` with an optional key and a small JSON body.
@@ -109,10 +116,7 @@ async fn unkeyed_applies_twice_and_the_lookup_lists_both() {
 async fn apply_then_hang_applies_while_the_client_times_out_and_others_are_served() {
     let remote = MockRemote::start(Mode::Keyed).unwrap();
     remote.inject(Fault::ApplyThenHang);
-    let impatient = Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_millis(300))
-        .build();
+    let impatient = builder().timeout(Duration::from_millis(300)).build();
     let hung = tokio::spawn(post_owned(
         impatient.unwrap(),
         remote.url().to_owned(),

@@ -107,6 +107,7 @@ idem_store_tests::store_cases!(
     tx_effect_commits_with_the_completion,
     // enqueue_key
     enqueue_key_dedups_inside_the_window,
+    enqueue_key_of_names_the_jobs_key,
     enqueue_key_is_free_again_after_the_window,
     enqueue_key_window_runs_from_the_jobs_run_at,
     enqueue_key_holds_while_its_job_may_run,

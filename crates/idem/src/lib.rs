@@ -41,6 +41,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod builtin;
 mod client;
 mod clock;
 mod completer;

@@ -88,6 +88,23 @@ pub async fn enqueue_key_dedups_inside_the_window(db: &TestDb) {
     assert_eq!(all_jobs(db).await.len(), 2);
 }
 
+/// A job names the enqueue key it holds (`enqueue_key_of`); a job without one, or a
+/// deduplicated insert's would-be job, holds none.
+pub async fn enqueue_key_of_names_the_jobs_key(db: &TestDb) {
+    let held = enqueue_one(db, keyed(QUEUE, "receipt", "order:7"), t0()).await;
+    let plain = enqueue_one(db, job_in(QUEUE, "receipt"), t0()).await;
+    let key = db.store.enqueue_key_of(held.job.id).await.expect("read");
+    assert_eq!(key.as_deref(), Some("order:7"));
+    let none = db.store.enqueue_key_of(plain.job.id).await.expect("read");
+    assert_eq!(none, None);
+    let missing = db
+        .store
+        .enqueue_key_of(plain.job.id + 100)
+        .await
+        .expect("read");
+    assert_eq!(missing, None);
+}
+
 /// The window runs from when the key was taken: a key taken exactly `key_window_ms`
 /// before `now` is still held (one millisecond less too), and a deduplicated insert does
 /// not extend it; one millisecond later it is free (its job has finished: see

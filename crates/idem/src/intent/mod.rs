@@ -32,6 +32,11 @@ use crate::effect::EffectKey;
 use crate::error::{IdemError, JobError};
 use crate::handler::EffectClass;
 
+/// The shortest and longest a job waits before looking again at an intent another holder
+/// has in progress.
+const IN_PROGRESS_MIN: Duration = Duration::from_millis(100);
+const IN_PROGRESS_MAX: Duration = Duration::from_secs(2);
+
 /// What [`JobContext::intent`] found: either this attempt holds the intent and makes the
 /// call, or the key's record says what happened to the call already.
 #[derive(Debug)]
@@ -53,18 +58,22 @@ pub enum Intent {
 
 impl Intent {
     /// The job's answer when this attempt does not hold the intent: wait for a live
-    /// holder (a snooze until its lease ends), stop for good on a refused call, stop and
+    /// holder (a snooze of at most 2 s, or until its lease ends if sooner), stop for good on a refused call, stop and
     /// wait for reconciliation on an unknown outcome. `None` for `Begun` and `Completed`,
     /// where the handler goes on.
     pub fn wait(&self) -> Option<JobError> {
         match self {
             Intent::Begun(_) | Intent::Completed(_) => None,
+            // The holder may finish any moment, or its lease may lapse: look again soon,
+            // at most when the lease ends.
             Intent::InProgress(row) => {
                 let left = row
                     .lease_expires_at
                     .map(|end| (end - chrono::Utc::now()).to_std().unwrap_or_default())
                     .unwrap_or_default();
-                Some(JobError::snooze(left.max(Duration::from_secs(1))))
+                Some(JobError::snooze(
+                    left.clamp(IN_PROGRESS_MIN, IN_PROGRESS_MAX),
+                ))
             }
             Intent::Failed(row) => Some(JobError::permanent(format!(
                 "intent {:?} failed: {}",
@@ -116,7 +125,18 @@ impl JobContext {
         key: &EffectKey,
         request: &impl Serialize,
     ) -> Result<Intent, IdemError> {
-        let unkeyed = match self.effect {
+        self.intent_as(self.effect, key, request).await
+    }
+
+    /// [`JobContext::intent`] for a call of class `class`, for a kind whose calls differ
+    /// (the built-in `http` kind calls keyed and unkeyed remotes).
+    pub async fn intent_as(
+        &mut self,
+        class: EffectClass,
+        key: &EffectKey,
+        request: &impl Serialize,
+    ) -> Result<Intent, IdemError> {
+        let unkeyed = match class {
             EffectClass::KeyedRemote => false,
             EffectClass::UnkeyedRemote => true,
             EffectClass::Transactional => {
