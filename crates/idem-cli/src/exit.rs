@@ -38,11 +38,14 @@ Exit codes:
   0  success
   1  a check failed or an action was refused: ledger verify found a mismatch, config
      check refused a window, the demo's verdict is not OK, a job is not in the state the
-     action needs (cancel of a finished job; dead retry or discard of a job not dead),
-     dead retry of jobs too old for their effect keys (without --force)
+     action needs (cancel of a finished job; dead retry or discard of a job not dead;
+     intents resolve of an intent not unknown or manual), dead retry of jobs too old
+     for their effect keys (without --force), reconcile found a duplicate or parked an
+     intent manual
   2  the command line is wrong: an unknown flag, or a value that does not parse (--args
      JSON, --state, --run-at, job ids, …)
-  3  not found: a job id, or the database (an SQLite file, a PostgreSQL database)
+  3  not found: a job id, an intent key, or the database (an SQLite file, a PostgreSQL
+     database)
   4  unavailable: the database cannot be reached or stayed busy; retrying can help
   5  bad configuration: the database URL, the config file, a setting refused
   6  schema not current: migrations are pending (run `idem migrate`), or a newer idem

@@ -1,31 +1,33 @@
 //! `idem guarantees`: what idem promises for each effect class, and for each job kind
-//! this binary registers.
+//! this binary registers (the built-in kinds and the demo's).
 
 use std::process::ExitCode;
 
-/// Prints the classes and the kinds.
-pub fn run(kinds: &[(String, idem::EffectClass)]) -> ExitCode {
+use idem::EffectClass;
+use idem::builtin::Http;
+
+/// Prints the classes, then the built-in kinds and `demo_kinds`.
+pub fn run(demo_kinds: &[(String, EffectClass)]) -> ExitCode {
     println!("Delivery is at-least-once: a handler may run more than once. What each effect");
     println!("class guarantees about the handler's effect:");
     println!();
-    for class in idem::EffectClass::ALL {
+    for class in EffectClass::ALL {
         println!("  {:<14} {}", class.as_str(), class.guarantee());
         println!("  {:<14} mechanism: {}", "", class.mechanism());
-        if !class.built() {
-            println!(
-                "  {:<14} planned: not built yet; jobs of this class run at-least-once today",
-                ""
-            );
-        }
     }
     println!();
-    println!("{:<24} {:<14} guarantee today", "job kind", "effect class");
-    for (kind, class) in kinds {
-        println!(
-            "{kind:<24} {:<14} {}",
-            class.as_str(),
-            class.guarantee_now()
-        );
+    println!("{:<24} {:<14} guarantee", "job kind", "effect class");
+    let http = <Http as idem::Handler>::KIND;
+    let row = |kind: &str, class: EffectClass| {
+        println!("{kind:<24} {:<14} {}", class.as_str(), class.guarantee());
+    };
+    row(http, EffectClass::KeyedRemote);
+    row(
+        &format!("{http} (keyed: false)"),
+        EffectClass::UnkeyedRemote,
+    );
+    for (kind, class) in demo_kinds {
+        row(kind, *class);
     }
     ExitCode::SUCCESS
 }

@@ -3,7 +3,7 @@
 //! Commands parse their input into the library's types and print results; all behaviour
 //! lives in the `idem` crate. `anyhow` is used here and nowhere else. One module per
 //! command (`migrate`, `enqueue`, `jobs`, `queues`, `dead`, `ledger`, `guarantees`,
-//! `config`, `demo/`, `bench/`); the database they open (`database`), how they print
+//! `config`, `worker`, `intents`, `reconcile`, `demo/`, `bench/`); the database they open (`database`), how they print
 //! (`output`, `table`, `show`) and how they exit (`exit`) are shared.
 
 mod bench;
@@ -14,15 +14,18 @@ mod demo;
 mod enqueue;
 mod exit;
 mod guarantees;
+mod intents;
 mod interrupt;
 mod jobs;
 mod ledger;
 mod migrate;
 mod output;
 mod queues;
+mod reconcile;
 mod scratch;
 mod show;
 mod table;
+mod worker;
 
 use std::process::ExitCode;
 
@@ -70,8 +73,11 @@ enum Command {
     /// opens the database that exists, refuses a missing one (exit 3) and one whose
     /// schema is not this build's (exit 6).
     Migrate(migrate::MigrateArgs),
-    /// Enqueue one job
+    /// Enqueue one job: any kind (--kind, --args), or `idem enqueue http …`
     Enqueue(enqueue::EnqueueArgs),
+    /// Run the built-in job kinds (http) on the given queues until SIGTERM or SIGINT,
+    /// reconciling their unknown calls every --reconcile-every
+    Worker(worker::WorkerArgs),
     /// List, show and cancel jobs
     #[command(subcommand)]
     Jobs(jobs::JobsCommand),
@@ -84,6 +90,15 @@ enum Command {
     /// cancelled) is left alone and makes them exit 1.
     #[command(subcommand)]
     Dead(dead::DeadCommand),
+    /// List, inspect and settle intents: the records of calls to other services
+    ///
+    /// resolve settles an unknown or manual intent by hand (exit 3 for a key that does
+    /// not exist, 1 for an intent in another state).
+    #[command(subcommand)]
+    Intents(intents::IntentsCommand),
+    /// Look unknown calls of the built-in kinds up on their remote once and settle them;
+    /// exit 1 when a duplicate or a manual one was found
+    Reconcile(reconcile::ReconcileArgs),
     /// Delete records past their retention (enqueue keys, effect keys, finished and dead
     /// jobs), in batches
     Purge(dead::PurgeArgs),
@@ -129,6 +144,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::DemoWorker(args) => demo::worker(args, db()).await,
         Command::Migrate(args) => migrate::run(&db(), args).await,
         Command::Enqueue(args) => enqueue::run(&db(), args).await,
+        Command::Worker(args) => worker::run(&db(), args).await,
+        Command::Intents(cmd) => intents::run(&db(), cmd).await,
+        Command::Reconcile(args) => reconcile::run(&db(), args).await,
         Command::Jobs(cmd) => jobs::run(&db(), cmd).await,
         Command::Queues(format) => queues::run(&db(), format).await,
         Command::Dead(cmd) => dead::dead(&db(), cmd).await,

@@ -60,29 +60,14 @@ impl EffectClass {
             }
             EffectClass::UnkeyedRemote => {
                 "intent record; an outcome that may or may not have been applied goes to \
-                 reconciliation, never a blind retry"
+                 reconciliation (looked up on the remote by its key), never a blind retry; \
+                 an audit looks completed calls up again and marks a late second copy \
+                 duplicate"
             }
         }
     }
 
-    /// Whether idem has the mechanism of this class yet. The remote classes need intent
-    /// records, which are not built: their handlers run, at least once, with no intent
-    /// record and no reconciliation.
-    pub fn built(self) -> bool {
-        self == EffectClass::Transactional
-    }
-
-    /// What idem guarantees for this class today: [`EffectClass::guarantee`] once its
-    /// mechanism is built, plain at-least-once until then.
-    pub fn guarantee_now(self) -> &'static str {
-        if self.built() {
-            self.guarantee()
-        } else {
-            "at-least-once only: intent records are not built yet"
-        }
-    }
-
-    /// The guarantee of the class, once its mechanism is built, in plain words.
+    /// The guarantee of the class, in plain words.
     pub fn guarantee(self) -> &'static str {
         match self {
             EffectClass::Transactional => "effect-once",
@@ -176,22 +161,5 @@ impl<H: Handler> ErasedHandler for Registered<H> {
             let out = self.0.run(&mut cx, args).await;
             (cx, out)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::EffectClass;
-
-    #[test]
-    fn only_built_classes_promise_more_than_at_least_once_today() {
-        assert_eq!(EffectClass::Transactional.guarantee_now(), "effect-once");
-        for class in [EffectClass::KeyedRemote, EffectClass::UnkeyedRemote] {
-            assert!(!class.built());
-            assert!(
-                class.guarantee_now().starts_with("at-least-once"),
-                "{class:?}"
-            );
-        }
     }
 }

@@ -77,9 +77,9 @@ pub use idem_sqlite::{Durability, SqliteOptions};
 pub use idem_store::migration::{SchemaMigration, SchemaStatus};
 pub use idem_store::{
     AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, Enqueued,
-    IntentRow, IntentState, JobList, JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch,
-    LedgerPosted, PurgeTarget, QueueCount, QueueWaiting, SqlValue, Store, StoreError, StoreTx,
-    Timestamp,
+    IntentList, IntentResolution, IntentRow, IntentState, JobList, JobRow, JobState, LeaseToken,
+    LedgerEntry, LedgerMismatch, LedgerPosted, PurgeTarget, QueueCount, QueueWaiting, SqlValue,
+    Store, StoreError, StoreTx, Timestamp,
 };
 pub use intent::{Intent, IntentGuard, IntentPolicy};
 pub use job::Job;

@@ -1,6 +1,6 @@
 //! The hidden `idem demo-worker` command: one worker process of the demo's fleet.
 //!
-//! It runs the demo's handlers on the demo's queue until SIGTERM or SIGINT, shuts down
+//! It runs the demo's handlers and the built-in `http` kind on the demo's queue until SIGTERM or SIGINT, shuts down
 //! gracefully, and prints its report as one line after [`REPORT_MARKER`] on stdout, which
 //! the parent reads.
 
@@ -41,6 +41,7 @@ pub async fn worker(args: DemoWorkerArgs, url: String) -> anyhow::Result<ExitCod
     config.shutdown_timeout = Duration::from_secs(5);
     let mut w = idem.worker(config)?;
     handlers::register(&mut w, &args.name, Duration::from_millis(args.work_ms))?;
+    w.register(super::remote::http(args.lease_ms)?)?;
     let running = w.start();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -1,23 +1,29 @@
 //! `idem demo`: the whole story on one machine, verified.
 //!
 //! It enqueues receipt mails and ledger transfers whose effects commit in the job's fenced
-//! transaction, runs worker *processes*, kills one with SIGKILL and pauses another with
+//! transaction, and calls to two mock remotes (one honouring idempotency keys, one not)
+//! through the built-in `http` kind, runs worker *processes*, kills one with SIGKILL and pauses another with
 //! SIGSTOP for longer than its lease while they work, and then checks the database: every
 //! job completed, one outbox row per order, every row written under the claim that
 //! completed the job, every transfer posted once, every receipt numbered by the store
 //! with no gap and no number twice, every order moved from `paid` to `receipted` once.
-//! The report counts what the fence refused along the way.
+//! Every keyed call is applied once at its remote; unknown outcomes of unkeyed calls are
+//! reconciled, and every key the unkeyed remote applied twice is marked `duplicate`. The
+//! report counts what the fence refused along the way.
 //!
 //! The run is a pipeline of steps, one file each: `producer` enqueues, `fleet` runs the
-//! worker processes (each one `child`, with the `handlers`), `chaos` kills and pauses
-//! them while it watches progress, `verify` asks the database, `report` prints.
+//! worker processes (each one `child`, with the `handlers`), `remote` runs the mock
+//! remotes, `chaos` kills and pauses the workers while it watches progress, `settle`
+//! reconciles and audits, `verify` asks the database, `report` prints.
 
 mod chaos;
 mod child;
 mod fleet;
 mod handlers;
 mod producer;
+mod remote;
 mod report;
+mod settle;
 mod verify;
 
 use std::process::ExitCode;
@@ -119,14 +125,25 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
 /// finished, stop them, check the database and print the report.
 async fn demonstrate(args: &DemoArgs, db: &Scratch, fleet: &mut Fleet) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let ids = producer::enqueue(&db.idem, args.jobs).await?;
+    let remotes = remote::Remotes::start()?;
+    let ids = producer::enqueue(&db.idem, args.jobs, &remotes).await?;
     fleet.start(&db.url, args.workers)?;
     let chaos = chaos::drive(&db.idem, args, fleet, ids).await;
+    let settled = match &chaos {
+        Ok(_) => settle::settle(&db.idem, ids, args.lease_ms).await,
+        Err(_) => Ok(Default::default()),
+    };
     let reports = fleet.stop().await;
-    let chaos = chaos?;
+    let (chaos, settled) = (chaos?, settled?);
     let verdict = verify::verify(&db.idem, ids).await?;
-    report::print(args, &chaos, &reports, &verdict, started.elapsed());
-    Ok(if verdict.ok() {
+    let calls = remotes.check(&db.idem).await?;
+    let found = report::Found {
+        verdict: &verdict,
+        calls: &calls,
+        settled: &settled,
+    };
+    report::print(args, &chaos, &reports, &found, started.elapsed());
+    Ok(if verdict.ok() && calls.ok() {
         ExitCode::SUCCESS
     } else {
         Exit::Refused.code()

@@ -4,6 +4,7 @@
 use idem::{Idem, Job};
 
 use super::QUEUE;
+use super::remote::{self, Remotes};
 
 /// The demo's own tables: the mail outbox, the orders (paid when their mail job is
 /// enqueued), and a log of what each receipt job's guarded transition answered.
@@ -22,13 +23,15 @@ const PAID_ORDERS: &str = "INSERT INTO demo_order (order_id, status) \
      WHERE id BETWEEN $1 AND $2 AND kind = 'receipt-mail' \
      ON CONFLICT (order_id) DO NOTHING";
 
-/// Job `i` of the demo: every third job is a ledger transfer, the others receipt mails.
-/// Every 25th mail or transfer repeats the previous one, as a producer that sent the same
-/// request twice would; the effect key (`receipt-mail:{order}`, `transfer:{id}:debit`)
-/// makes the repeat a no-op.
-fn demo_job(i: usize) -> Job {
+/// Job `i` of the demo: one in [`remote::EVERY`] is a call to a mock remote, every third
+/// of the others a ledger transfer, the rest receipt mails. Every 25th mail or transfer
+/// repeats the previous one, as a producer that sent the same request twice would; the
+/// effect key (`receipt-mail:{order}`, `transfer:{id}:debit`) makes the repeat a no-op.
+fn demo_job(i: usize, remotes: &Remotes) -> Job {
     let repeat = |n: usize| if n % 25 == 24 { n - 1 } else { n };
-    if i % 3 == 2 {
+    if i % remote::EVERY == remote::EVERY - 1 {
+        remotes.job(i / remote::EVERY)
+    } else if i % 3 == 2 {
         let id = repeat(i / 3);
         let from = id % 10;
         let to = (from + 1 + id % 9) % 10;
@@ -46,7 +49,11 @@ fn demo_job(i: usize) -> Job {
 /// Creates the demo's tables, then enqueues the jobs in chunks, each chunk in one
 /// transaction with its orders marked paid (as a shop would record a payment and ask for
 /// its receipt together).
-pub(super) async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)> {
+pub(super) async fn enqueue(
+    idem: &Idem,
+    n: usize,
+    remotes: &Remotes,
+) -> anyhow::Result<(i64, i64)> {
     let mut tx = idem.begin().await?;
     for sql in TABLES {
         tx.execute(sql, &[]).await?;
@@ -54,7 +61,7 @@ pub(super) async fn enqueue(idem: &Idem, n: usize) -> anyhow::Result<(i64, i64)>
     tx.commit().await?;
     let (mut first, mut last) = (i64::MAX, i64::MIN);
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let jobs = chunk.iter().map(|i| demo_job(*i)).collect();
+        let jobs = chunk.iter().map(|i| demo_job(*i, remotes)).collect();
         let mut tx = idem.begin().await?;
         let rows = idem.enqueue_many_tx(&mut tx, jobs).await?;
         let ids = rows.iter().map(|r| r.id);

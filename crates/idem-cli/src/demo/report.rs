@@ -3,18 +3,29 @@
 
 use std::time::Duration;
 
+use idem::intent::ReconcileReport;
+
 use super::DemoArgs;
 use super::chaos::Chaos;
+use super::remote::RemoteVerdict;
 use super::verify::{Receipts, Verdict};
+
+/// What the checks found: in the database, at the remotes, and by reconciliation.
+pub(super) struct Found<'a> {
+    pub(super) verdict: &'a Verdict,
+    pub(super) calls: &'a RemoteVerdict,
+    pub(super) settled: &'a ReconcileReport,
+}
 
 /// Prints the report of a finished run.
 pub(super) fn print(
     args: &DemoArgs,
     chaos: &Chaos,
     reports: &[(String, idem::WorkerReport)],
-    v: &Verdict,
+    found: &Found<'_>,
     elapsed: Duration,
 ) {
+    let v = found.verdict;
     let refused: u64 = reports.iter().map(|(_, r)| r.lease_lost).sum();
     println!();
     if args.no_chaos {
@@ -54,14 +65,16 @@ pub(super) fn print(
     line("missing effects (outbox)", v.missing_effects.to_string());
     line("effects from a stale claim", v.stale_effects.to_string());
     print_receipts(&v.receipts, &line);
+    print_calls(found.calls, found.settled, &line);
     line("leases expired and rescued", v.rescued.to_string());
     line("stale commits refused by the fence", refused.to_string());
     println!("  (the killed worker's own counts died with it; the rescues above include its jobs)");
     println!(
         "verdict: {}",
-        if v.ok() {
+        if v.ok() && found.calls.ok() {
             "OK: every job completed, every order got one mail, one receipt number and one \
-             move, every transfer moved money once"
+             move, every transfer moved money once, every keyed call was applied once, and \
+             every unkeyed call applied twice is marked duplicate"
         } else {
             "FAILED"
         }
@@ -86,5 +99,49 @@ fn print_receipts(r: &Receipts, line: &impl Fn(&str, String)) {
     line(
         "orders left behind (not receipted)",
         r.left_behind.to_string(),
+    );
+}
+
+fn print_calls(c: &RemoteVerdict, r: &ReconcileReport, line: &impl Fn(&str, String)) {
+    line("keyed remote calls", c.keyed_calls.to_string());
+    line(
+        "keyed calls applied more than once",
+        c.keyed_applied_twice.to_string(),
+    );
+    line(
+        "keyed calls completed, never applied",
+        c.keyed_missing.to_string(),
+    );
+    line("unkeyed remote calls", c.unkeyed_calls.to_string());
+    line(
+        "unkeyed calls completed, never applied",
+        c.unkeyed_missing.to_string(),
+    );
+    line(
+        "intents taken over after a lost holder",
+        c.takeovers.to_string(),
+    );
+    let reconciled = r.applied + r.absent + r.duplicates;
+    line("unknown outcomes reconciled", reconciled.to_string());
+    line(
+        "  found applied / absent (sent again)",
+        format!("{}/{}", r.applied, r.absent),
+    );
+    line(
+        "unknown outcomes parked for an operator",
+        c.manual.to_string(),
+    );
+    line("intents still unknown", c.unknown_left.to_string());
+    line(
+        "extra copies at the unkeyed remote",
+        c.extra_copies.to_string(),
+    );
+    line(
+        "  keys marked duplicate (visible)",
+        c.duplicates_visible.to_string(),
+    );
+    line(
+        "  keys duplicated silently",
+        c.duplicates_silent.to_string(),
     );
 }

@@ -14,6 +14,7 @@
 //! nothing ([`idem_store::StoreError::IntentLost`]).
 
 mod guard;
+mod operator;
 mod policy;
 mod reconcile;
 
@@ -24,6 +25,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use guard::IntentGuard;
+pub use operator::OPERATOR_FROM;
 pub use policy::IntentPolicy;
 pub use reconcile::{Lookup, ReconcileOptions, ReconcileReport, Reconciler};
 

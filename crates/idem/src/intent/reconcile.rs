@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_store::{
-    IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, JobRow, JobState,
-    StoreError,
+    IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, JobRow, StoreError,
 };
 use serde::Serialize;
 
@@ -107,6 +106,33 @@ pub struct ReconcileReport {
     pub audit_duplicates: u64,
     /// Dead jobs put back to run once their intent was settled.
     pub jobs_retried: u64,
+}
+
+impl ReconcileReport {
+    /// Adds the counts of `other` (a later pass) to these.
+    pub fn absorb(&mut self, other: &ReconcileReport) {
+        let pairs = [
+            (&mut self.looked_up, other.looked_up),
+            (&mut self.applied, other.applied),
+            (&mut self.absent, other.absent),
+            (&mut self.settling, other.settling),
+            (&mut self.duplicates, other.duplicates),
+            (&mut self.manual, other.manual),
+            (&mut self.skipped, other.skipped),
+            (&mut self.raced, other.raced),
+            (&mut self.audited, other.audited),
+            (&mut self.audit_duplicates, other.audit_duplicates),
+            (&mut self.jobs_retried, other.jobs_retried),
+        ];
+        for (mine, theirs) in pairs {
+            *mine += theirs;
+        }
+    }
+
+    /// Whether the pass changed anything (settled an intent or retried a job).
+    pub fn acted(&self) -> bool {
+        self.applied + self.absent + self.duplicates + self.manual + self.audit_duplicates > 0
+    }
 }
 
 /// Runs reconciliation for the job kinds of one worker.
@@ -237,8 +263,8 @@ impl Reconciler {
         {
             return Ok(());
         }
-        if !parks && job.state == JobState::Dead {
-            report.jobs_retried += self.idem.retry_jobs_forced(vec![job.id]).await?.len() as u64;
+        if !parks && self.idem.retry_settled(job.id).await? {
+            report.jobs_retried += 1;
         }
         Ok(())
     }

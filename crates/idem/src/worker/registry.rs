@@ -48,14 +48,6 @@ impl Worker {
         if H::EFFECT != EffectClass::Transactional {
             handler.intent_policy().check(H::KIND)?;
         }
-        if !H::EFFECT.built() {
-            tracing::warn!(
-                kind = H::KIND,
-                class = H::EFFECT.as_str(),
-                "this effect class's intent records are not built yet: its jobs run at-least-once, \
-                 with no intent record and no reconciliation"
-            );
-        }
         self.handlers
             .insert(H::KIND.to_owned(), Arc::new(Registered(handler)));
         Ok(self)

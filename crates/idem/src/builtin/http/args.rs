@@ -76,7 +76,14 @@ impl HttpArgs {
         }
     }
 
-    /// Checks every field; the error names the field and what to do.
+    /// Checks every field against a call timeout of at most `max_timeout`, as the kind
+    /// does before it runs; the error starts with the field's name (`url`, `lookup_url`,
+    /// `method`, `header`, `timeout_ms`) and says what to do.
+    pub fn check(&self, max_timeout: Duration) -> Result<(), String> {
+        self.validate(max_timeout).map(|_| ())
+    }
+
+    /// [`HttpArgs::check`], keeping the validated request.
     pub(crate) fn validate(&self, max_timeout: Duration) -> Result<Request, String> {
         let url = web_url("url", &self.url)?;
         if let Some(lookup) = &self.lookup_url {
