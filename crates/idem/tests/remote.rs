@@ -308,12 +308,13 @@ async fn a_zombie_holder_can_not_renew_send_or_complete(db: &TestDb) {
             "{e}"
         );
     };
-    lost(zombie.confirm().await);
+    // The send first: it must find out for itself, before the call starts.
     lost(
         zombie
             .send(async { unreachable!("a zombie's call never starts") })
             .await,
     );
+    lost(zombie.confirm().await);
     lost(
         zombie
             .complete(serde_json::json!({}), vec![])
@@ -468,6 +469,61 @@ async fn an_unknown_call_the_remote_can_not_tell_about_is_parked_manual(db: &Tes
     unknown_http_call_is_reconciled(db, Found::CannotTell).await;
 }
 
+/// An unkeyed call answered 500 (the remote applied nothing, but the caller cannot know)
+/// is unknown; the remote's lookup says absent, yet it is not sent again until the settle
+/// delay has passed since the outcome became unknown (a request still in flight there
+/// must have landed first). After it, the intent is released, the job sends once more,
+/// and the remote holds one copy.
+async fn an_absent_call_is_sent_again_only_after_the_settle_delay(db: &TestDb) {
+    let remote = MockRemote::start(Mode::Unkeyed).expect("mock");
+    let clock = db_clock(db).await;
+    let idem = client(db, Some(Arc::new(clock.clone())));
+    let effects = format!("{}/effects", remote.url());
+    let args = serde_json::json!({"url": effects, "keyed": false, "lookup_url": effects});
+    let job = idem
+        .enqueue(Job::new("http", args).queue("out").enqueue_key("pay-4"))
+        .await
+        .unwrap()
+        .job;
+    remote.inject(Fault::Status(500));
+    let http = idem::builtin::Http::new(idem::builtin::HttpConfig {
+        call_timeout: Duration::from_secs(5),
+        lease: LEASE,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut w = idem.worker(config("out", 1)).unwrap();
+    w.register(http).unwrap();
+    let reconciler = w.reconciler();
+    let w = w.start();
+    wait_state(&idem, job.id, JobState::Dead).await;
+    let opts = ReconcileOptions {
+        settle: Duration::from_secs(60),
+        ..ReconcileOptions::default()
+    };
+    let early = reconciler.run(opts).await.unwrap();
+    assert_eq!((early.settling, early.absent), (1, 0), "{early:?}");
+    let key = "http:out:pay-4";
+    assert_eq!(intent(&idem, key).await.state, IntentState::Unknown);
+    assert_eq!(
+        common::job(&idem, job.id).await.state,
+        JobState::Dead,
+        "not put back yet"
+    );
+    clock.advance(Duration::from_secs(61));
+    let late = reconciler.run(opts).await.unwrap();
+    assert_eq!((late.absent, late.jobs_retried), (1, 1), "{late:?}");
+    wait_state(&idem, job.id, JobState::Completed).await;
+    within(30, "shutdown", w.shutdown()).await;
+    assert_eq!(
+        (posts(&remote), remote.applied_for(key)),
+        (2, 1),
+        "sent again once"
+    );
+    let row = intent(&idem, key).await;
+    assert_eq!((row.state, row.attempt), (IntentState::Completed, 2));
+}
+
 /// The POST requests the remote received.
 fn posts(remote: &MockRemote) -> usize {
     remote.log().iter().filter(|e| e.method == "POST").count()
@@ -574,5 +630,6 @@ idem_store_tests::store_cases!(
     an_unknown_call_found_applied_completes_without_a_resend,
     an_unknown_call_found_twice_is_marked_duplicate,
     an_unknown_call_the_remote_can_not_tell_about_is_parked_manual,
+    an_absent_call_is_sent_again_only_after_the_settle_delay,
     a_late_copy_from_a_paused_holder_is_marked_duplicate_by_the_audit,
 );
