@@ -45,6 +45,7 @@ struct Charge {
     pause: Option<Arc<Gate>>,
     paused: Option<mpsc::UnboundedSender<()>>,
     park: Option<mpsc::UnboundedSender<IntentGuard>>,
+    lease: Duration,
     seen: mpsc::UnboundedSender<(i32, &'static str)>,
 }
 
@@ -63,6 +64,7 @@ impl Charge {
             pause: None,
             paused: None,
             park: None,
+            lease: LEASE,
             seen,
         };
         (charge, rx)
@@ -139,7 +141,14 @@ impl Handler for Charge {
                 }
                 self.post(guard.key(), &order).await
             })
-            .await?;
+            .await;
+        let sent = match sent {
+            Ok(sent) => sent,
+            Err(e) => {
+                let _ = self.seen.send((attempt, "abandoned"));
+                return Err(e.into());
+            }
+        };
         match sent {
             Ok(id) => {
                 let done = guard
@@ -157,8 +166,8 @@ impl Handler for Charge {
 
     fn intent_policy(&self) -> IntentPolicy {
         IntentPolicy {
-            lease: LEASE,
-            call_timeout: Duration::from_secs(60),
+            lease: self.lease,
+            call_timeout: self.lease / 2,
             ..IntentPolicy::default()
         }
     }
@@ -524,6 +533,91 @@ async fn an_absent_call_is_sent_again_only_after_the_settle_delay(db: &TestDb) {
     assert_eq!((row.state, row.attempt), (IntentState::Completed, 2));
 }
 
+/// A call that hangs while its intent's lease can no longer be renewed (here: the lease
+/// ended, on the injected clock, so the next renewal is refused) is abandoned by the
+/// guard instead of running on past the lease, and the job tries again later.
+async fn a_hanging_call_is_abandoned_when_its_lease_can_not_be_renewed(db: &TestDb) {
+    let remote = MockRemote::start(Mode::Keyed).expect("mock");
+    remote.inject(Fault::ApplyThenHang);
+    let clock = db_clock(db).await;
+    let idem = client(db, Some(Arc::new(clock.clone())));
+    idem.enqueue(Job::new("charge", order(8, 100)).queue("pay"))
+        .await
+        .unwrap();
+    let (mut charge, mut seen) = Charge::new(&remote, EffectClass::KeyedRemote);
+    charge.lease = Duration::from_millis(600); // renewed every 200 ms, in real time
+    let mut w = idem.worker(config("pay", 1)).unwrap();
+    w.register(charge).unwrap();
+    let w = w.start();
+    assert_eq!(
+        within(30, "the call starts", seen.recv()).await,
+        Some((1, "begun"))
+    );
+    within(
+        30,
+        "the call is applied and hangs",
+        remote.wait_for_applied(1),
+    )
+    .await;
+    clock.advance(Duration::from_secs(1));
+    let next = within(30, "the guard gives up", seen.recv()).await;
+    assert_eq!(next, Some((1, "abandoned")));
+    within(30, "shutdown", w.shutdown()).await;
+    let row = intent(&idem, "charge:8").await;
+    assert_eq!(row.state, IntentState::InProgress, "left to lapse: {row:?}");
+    assert_eq!(remote.applied_for("charge:8"), 1);
+}
+
+/// The guard renews the lease while the call runs: a call held at the remote for longer
+/// than the lease (seen: the stored lease end moved past the first one) still completes,
+/// and no other holder could have taken the intent meanwhile.
+async fn a_call_longer_than_its_lease_completes_under_renewals(db: &TestDb) {
+    let remote = MockRemote::start(Mode::Keyed).expect("mock");
+    remote.hold();
+    let idem = client(db, None); // the database clock: renewals move the lease end
+    idem.enqueue(Job::new("charge", order(11, 100)).queue("pay"))
+        .await
+        .unwrap();
+    let (mut charge, mut seen) = Charge::new(&remote, EffectClass::KeyedRemote);
+    charge.lease = Duration::from_millis(900); // renewed every 300 ms
+    let mut w = idem.worker(config("pay", 1)).unwrap();
+    w.register(charge).unwrap();
+    let w = w.start();
+    assert_eq!(
+        within(30, "the call starts", seen.recv()).await,
+        Some((1, "begun"))
+    );
+    within(
+        30,
+        "the call waits at the remote",
+        remote.wait_for_waiting(1),
+    )
+    .await;
+    let first = intent(&idem, "charge:11")
+        .await
+        .lease_expires_at
+        .expect("a lease");
+    let renewed = async {
+        loop {
+            let now = intent(&idem, "charge:11").await.lease_expires_at;
+            if now.is_some_and(|end| end > first + chrono::Duration::milliseconds(900)) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    within(30, "renewals carry the lease past its first end", renewed).await;
+    remote.release();
+    let done = within(30, "the call completes", seen.recv()).await;
+    assert_eq!(done, Some((1, "completed-it")));
+    within(30, "shutdown", w.shutdown()).await;
+    let row = intent(&idem, "charge:11").await;
+    assert_eq!(
+        (row.state, row.attempt, row.fence),
+        (IntentState::Completed, 1, 1)
+    );
+}
+
 /// The POST requests the remote received.
 fn posts(remote: &MockRemote) -> usize {
     remote.log().iter().filter(|e| e.method == "POST").count()
@@ -631,5 +725,7 @@ idem_store_tests::store_cases!(
     an_unknown_call_found_twice_is_marked_duplicate,
     an_unknown_call_the_remote_can_not_tell_about_is_parked_manual,
     an_absent_call_is_sent_again_only_after_the_settle_delay,
+    a_hanging_call_is_abandoned_when_its_lease_can_not_be_renewed,
+    a_call_longer_than_its_lease_completes_under_renewals,
     a_late_copy_from_a_paused_holder_is_marked_duplicate_by_the_audit,
 );
