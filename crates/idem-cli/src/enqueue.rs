@@ -41,7 +41,7 @@ enum Builtin {
     /// Enqueue a job of the built-in `http` kind: one call to another service, made
     /// through an intent (run by `idem worker`)
     ///
-    /// The call carries `Idempotency-Key: http:{queue}:{enqueue key}` (with
+    /// The call carries `Idempotency-Key: http:key:{queue}:{enqueue key}` (with
     /// --enqueue-key) or `http:job:{id}`: the same key on every attempt. 2xx completes
     /// the job; a 4xx other than 408/409/425/429 makes it dead; 5xx, timeouts and resets
     /// are sent again with the same key, unless --unkeyed: then the outcome is unknown,

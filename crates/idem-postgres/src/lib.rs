@@ -171,10 +171,6 @@ impl Store for PgStore {
         ops::queue::counts(&self.pool).await
     }
 
-    async fn enqueue_key_of(&self, job_id: i64) -> StoreResult<Option<String>> {
-        ops::enqueue_key::of_job(&self.pool, job_id).await
-    }
-
     async fn intent_get(&self, key: String) -> StoreResult<Option<idem_store::IntentRow>> {
         ops::intent::get(&self.pool, key).await
     }

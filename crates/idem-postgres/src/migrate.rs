@@ -31,6 +31,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0007_enqueue_key_window.sql"),
         include_str!("../migrations/0008_job_snoozes.sql"),
         include_str!("../migrations/0009_intent.sql"),
+        include_str!("../migrations/0010_job_enqueue_key.sql"),
     ])
 }
 

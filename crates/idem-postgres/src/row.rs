@@ -112,6 +112,7 @@ pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
         finalized_at: get(row, "finalized_at")?,
         last_error: get(row, "last_error")?,
         snoozes: get(row, "snoozes")?,
+        enqueue_key: get(row, "enqueue_key")?,
     })
 }
 

@@ -210,12 +210,6 @@ impl Store for SqliteStore {
         self.readers.run(ops::queue::counts).await
     }
 
-    async fn enqueue_key_of(&self, job_id: i64) -> StoreResult<Option<String>> {
-        self.readers
-            .run(move |c| ops::enqueue_key::of_job(c, job_id))
-            .await
-    }
-
     async fn intent_get(&self, key: String) -> StoreResult<Option<idem_store::IntentRow>> {
         self.readers.run(move |c| ops::intent::get(c, &key)).await
     }

@@ -127,6 +127,7 @@ pub(crate) fn job(row: &Row<'_>) -> StoreResult<JobRow> {
         finalized_at: opt_ts(row, "finalized_at")?,
         last_error: get(row, "last_error")?,
         snoozes: get(row, "snoozes")?,
+        enqueue_key: get(row, "enqueue_key")?,
     })
 }
 

@@ -3,9 +3,9 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    counter::*, effect::*, enqueue_key::*, intent::*, intent_race::*, job_cancel::*, job_claim::*,
-    job_dead::*, job_finish::*, job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*,
-    migrate::*, purge::*, tx::*,
+    counter::*, effect::*, enqueue_key::*, intent::*, intent_attack::*, intent_race::*,
+    job_cancel::*, job_claim::*, job_dead::*, job_finish::*, job_insert::*, job_lease::*,
+    job_read::*, job_rescue::*, ledger::*, migrate::*, purge::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -107,7 +107,7 @@ idem_store_tests::store_cases!(
     tx_effect_commits_with_the_completion,
     // enqueue_key
     enqueue_key_dedups_inside_the_window,
-    enqueue_key_of_names_the_jobs_key,
+    enqueue_key_stays_on_its_job,
     enqueue_key_is_free_again_after_the_window,
     enqueue_key_window_runs_from_the_jobs_run_at,
     enqueue_key_holds_while_its_job_may_run,
@@ -179,6 +179,10 @@ idem_store_tests::store_cases!(
     intent_takeover_waits_for_the_holders_finish,
     intent_begin_waits_for_a_release_and_takes_the_key,
     intent_purge_spares_an_intent_resolved_meanwhile,
+    // intent_attack
+    intent_purge_spares_the_intent_of_a_job_that_took_it_meanwhile,
+    intent_begin_waits_for_a_cancel_and_is_refused,
+    intent_resolve_racing_another_resolution_is_refused,
 );
 
 idem_store_tests::postgres_cases!(

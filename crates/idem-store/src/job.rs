@@ -124,6 +124,9 @@ pub struct JobRow {
     /// Snoozes taken since the job was enqueued or last retried by an operator: the
     /// engine counts a snooze beyond its `max_snoozes` as a failed attempt.
     pub snoozes: i32,
+    /// The enqueue key the job was enqueued with, kept for its whole life (its row in
+    /// `idem_enqueue_key` may lapse or pass to a later job).
+    pub enqueue_key: Option<String>,
 }
 
 impl JobRow {
@@ -217,6 +220,7 @@ impl JobInsert {
                     finalized_at: None,
                     last_error: None,
                     snoozes: 0,
+                    enqueue_key: j.enqueue_key,
                 }
             })
             .collect())

@@ -75,9 +75,6 @@ pub trait Store: Send + Sync + 'static {
     /// Closes the pool; later calls fail with [`crate::StoreError::Unavailable`].
     async fn close(&self);
 
-    /// The enqueue key job `job_id` holds in its queue, if any.
-    async fn enqueue_key_of(&self, job_id: i64) -> StoreResult<Option<String>>;
-
     /// One intent by key.
     async fn intent_get(&self, key: String) -> StoreResult<Option<crate::IntentRow>>;
 

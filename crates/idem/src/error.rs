@@ -80,6 +80,9 @@ pub struct JobError {
     /// For [`JobErrorKind::Retry`]: run again after this delay instead of the ladder's.
     /// For [`JobErrorKind::Snooze`]: the snooze.
     pub retry_after: Option<Duration>,
+    /// The intent whose settlement the job waits for (a call whose outcome is unknown):
+    /// if it was settled while this attempt ended, the worker puts the job back to run.
+    pub awaits: Option<String>,
 }
 
 impl JobError {
@@ -89,6 +92,7 @@ impl JobError {
             kind: JobErrorKind::Retry,
             message: e.to_string(),
             retry_after: None,
+            awaits: None,
         }
     }
 
@@ -112,6 +116,7 @@ impl JobError {
             kind: JobErrorKind::Permanent,
             message: e.to_string(),
             retry_after: None,
+            awaits: None,
         }
     }
 
@@ -128,6 +133,7 @@ impl JobError {
             kind: JobErrorKind::Snooze,
             message: format!("snoozed for {}", crate::config::human(delay)),
             retry_after: Some(delay),
+            awaits: None,
         }
     }
 
@@ -157,6 +163,7 @@ impl From<StoreError> for JobError {
             kind,
             message: e.to_string(),
             retry_after: None,
+            awaits: None,
         }
     }
 }

@@ -384,7 +384,7 @@ async fn unknown_http_call_is_reconciled(db: &TestDb, found: Found) {
             .contains("reconcil"),
         "{dead:?}"
     );
-    let key = "http:out:pay-9";
+    let key = "http:key:out:pay-9";
     let unknown = intent(&idem, key).await;
     assert_eq!(unknown.state, IntentState::Unknown, "{unknown:?}");
     assert_eq!(
@@ -512,7 +512,7 @@ async fn an_absent_call_is_sent_again_only_after_the_settle_delay(db: &TestDb) {
     };
     let early = reconciler.run(opts).await.unwrap();
     assert_eq!((early.settling, early.absent), (1, 0), "{early:?}");
-    let key = "http:out:pay-4";
+    let key = "http:key:out:pay-4";
     assert_eq!(intent(&idem, key).await.state, IntentState::Unknown);
     assert_eq!(
         common::job(&idem, job.id).await.state,

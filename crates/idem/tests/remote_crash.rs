@@ -68,7 +68,7 @@ async fn a_worker_killed_after_its_call_is_retried_with_the_same_key(db: &TestDb
     )
     .await;
     child.kill().await.expect("kill the child");
-    let key = "http:out:pay-3";
+    let key = "http:key:out:pay-3";
     let held = idem
         .store()
         .intent_get(key.into())

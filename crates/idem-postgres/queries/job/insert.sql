@@ -3,7 +3,8 @@
 -- $1..$8: one array per column, element i for job i: kind text[], queue text[], args
 -- jsonb[], priority int2[], run_at timestamptz[] (NULL = now), max_attempts int4[], and
 -- for a job inserted claimed claim_worker text[] and lease_ms int8[] (NULL otherwise);
--- $9: now as timestamptz, or NULL for the database clock. A claimed job is running from
+-- $9: now as timestamptz, or NULL for the database clock; $10: enqueue_key text[] (the
+-- key each job is enqueued with, kept on the job whether or not it gets the key). A claimed job is running from
 -- now: attempt 1, fence 1, leased to claim_worker until now + lease_ms, where now is
 -- this statement's clock (clock_timestamp(), not the transaction's start), so a lease
 -- does not run down while the transaction waits (idem_store::enqueue renews it once more
@@ -12,7 +13,8 @@
 -- JSON text), unpacked with unnest WITH ORDINALITY and inserted in ordinality order, so
 -- identity ids follow the input order.
 INSERT INTO idem_job (kind, queue, args, priority, state, max_attempts, run_at, created_at,
-                      attempt, fence, lease_owner, attempted_at, lease_expires_at)
+                      attempt, fence, lease_owner, attempted_at, lease_expires_at,
+                      enqueue_key)
 SELECT j.kind,
        j.queue,
        j.args,
@@ -27,11 +29,12 @@ SELECT j.kind,
        CASE WHEN j.claim_worker IS NULL THEN 0 ELSE 1 END,
        j.claim_worker,
        CASE WHEN j.claim_worker IS NOT NULL THEN t.now END,
-       coalesce($9::timestamptz, clock_timestamp()) + j.lease_ms * interval '1 millisecond'
+       coalesce($9::timestamptz, clock_timestamp()) + j.lease_ms * interval '1 millisecond',
+       j.enqueue_key
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int2[], $5::timestamptz[],
-            $6::int4[], $7::text[], $8::int8[])
+            $6::int4[], $7::text[], $8::int8[], $10::text[])
          WITH ORDINALITY AS j(kind, queue, args, priority, run_at, max_attempts,
-                              claim_worker, lease_ms, ord),
+                              claim_worker, lease_ms, enqueue_key, ord),
      (SELECT coalesce($9::timestamptz, now()) AS now) AS t
 ORDER BY j.ord
 RETURNING id, state, run_at, created_at

@@ -8,14 +8,24 @@
 -- new row version, never the subquery's. The picked ids come as an array (an InitPlan
 -- evaluated once), so the delete reaches each by the primary key instead of scanning
 -- every job finalized before the cutoff on every batch.
+-- A job whose intent is in progress, unknown or manual is kept: reconciliation looks its
+-- call up with the job's arguments, and puts the job back to run once the intent is
+-- settled. (No concurrent write makes an intent of a finished job one of those states.)
 WITH gone AS (
     DELETE FROM idem_job
-    WHERE id = ANY(ARRAY(SELECT id FROM idem_job
-                         WHERE finalized_at < $1 AND state = ANY($3::text[])
-                         ORDER BY finalized_at
+    WHERE id = ANY(ARRAY(SELECT j.id FROM idem_job AS j
+                         WHERE j.finalized_at < $1 AND j.state = ANY($3::text[])
+                           AND NOT EXISTS (SELECT 1 FROM idem_intent AS i
+                                           WHERE i.job_id = j.id
+                                             AND i.state IN ('in_progress', 'unknown',
+                                                             'manual'))
+                         ORDER BY j.finalized_at
                          LIMIT $2))
       AND finalized_at < $1
       AND state = ANY($3::text[])
+      AND NOT EXISTS (SELECT 1 FROM idem_intent AS i
+                      WHERE i.job_id = idem_job.id
+                        AND i.state IN ('in_progress', 'unknown', 'manual'))
     RETURNING id
 ), attempts AS (
     DELETE FROM idem_job_attempt WHERE job_id IN (SELECT id FROM gone)

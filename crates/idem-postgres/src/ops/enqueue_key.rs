@@ -56,14 +56,3 @@ where
         })
         .collect()
 }
-
-pub(crate) async fn of_job<'e, E>(ex: E, job_id: i64) -> StoreResult<Option<String>>
-where
-    E: Executor<'e, Database = Postgres>,
-{
-    sqlx::query_scalar(include_str!("../../queries/enqueue_key/of_job.sql"))
-        .bind(job_id)
-        .fetch_optional(ex)
-        .await
-        .map_err(interpret_error)
-}

@@ -85,6 +85,11 @@ where
                 .collect::<Vec<_>>(),
         )
         .bind(p.now)
+        .bind(
+            jobs.iter()
+                .map(|j| j.enqueue_key.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;

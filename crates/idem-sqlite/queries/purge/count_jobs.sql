@@ -1,3 +1,6 @@
 -- How many jobs in states ?2 (JSON array of names) were finalized before ?1 (ms).
-SELECT count(*) FROM idem_job
-WHERE finalized_at < ?1 AND state IN (SELECT value FROM json_each(?2))
+-- A job whose intent is in progress, unknown or manual is kept (see jobs.sql).
+SELECT count(*) FROM idem_job AS j
+WHERE j.finalized_at < ?1 AND j.state IN (SELECT value FROM json_each(?2))
+  AND NOT EXISTS (SELECT 1 FROM idem_intent AS i
+                  WHERE i.job_id = j.id AND i.state IN ('in_progress', 'unknown', 'manual'))

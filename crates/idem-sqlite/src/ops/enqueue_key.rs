@@ -53,8 +53,3 @@ pub(super) fn delete(c: &Connection, ids: &[i64]) -> StoreResult<()> {
     let sql = include_str!("../../queries/enqueue_key/delete.sql");
     exec(c, sql, [json_list(&ids)?])
 }
-
-pub(crate) fn of_job(c: &Connection, job_id: i64) -> StoreResult<Option<String>> {
-    let sql = include_str!("../../queries/enqueue_key/of_job.sql");
-    Ok(rows(c, sql, [job_id], |r| r.get(0).map_err(interpret_error))?.pop())
-}

@@ -51,6 +51,8 @@ fn insert_json(p: &JobInsert) -> StoreResult<String> {
         claim_worker: Option<&'a str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         lease_ms: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        enqueue_key: Option<&'a str>,
     }
     let items: Vec<Item<'_>> = p
         .jobs
@@ -64,6 +66,7 @@ fn insert_json(p: &JobInsert) -> StoreResult<String> {
             max_attempts: j.max_attempts,
             claim_worker: j.claim.as_ref().map(|c| c.worker.as_str()),
             lease_ms: j.claim.as_ref().map(|c| c.lease_ms),
+            enqueue_key: j.enqueue_key.as_deref(),
         })
         .collect();
     json_list(&items)

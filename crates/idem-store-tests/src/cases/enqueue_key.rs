@@ -88,21 +88,37 @@ pub async fn enqueue_key_dedups_inside_the_window(db: &TestDb) {
     assert_eq!(all_jobs(db).await.len(), 2);
 }
 
-/// A job names the enqueue key it holds (`enqueue_key_of`); a job without one, or a
-/// deduplicated insert's would-be job, holds none.
-pub async fn enqueue_key_of_names_the_jobs_key(db: &TestDb) {
-    let held = enqueue_one(db, keyed(QUEUE, "receipt", "order:7"), t0()).await;
+/// A job's row carries the enqueue key it was enqueued with for its whole life: a
+/// deduplicated insert returns the holder with its key, and after the window the key
+/// passes to a new job while the first job still names it.
+pub async fn enqueue_key_stays_on_its_job(db: &TestDb) {
+    let first = enqueue_one(db, keyed(QUEUE, "receipt", "order:7"), t0()).await;
+    assert_eq!(first.job.enqueue_key.as_deref(), Some("order:7"));
     let plain = enqueue_one(db, job_in(QUEUE, "receipt"), t0()).await;
-    let key = db.store.enqueue_key_of(held.job.id).await.expect("read");
-    assert_eq!(key.as_deref(), Some("order:7"));
-    let none = db.store.enqueue_key_of(plain.job.id).await.expect("read");
-    assert_eq!(none, None);
-    let missing = db
-        .store
-        .enqueue_key_of(plain.job.id + 100)
-        .await
-        .expect("read");
-    assert_eq!(missing, None);
+    assert_eq!(plain.job.enqueue_key, None);
+    let again = enqueue_one(db, keyed(QUEUE, "receipt", "order:7"), at(1_000)).await;
+    assert!(again.deduplicated);
+    assert_eq!(again.job.enqueue_key.as_deref(), Some("order:7"));
+    let running = claim(db, QUEUE, 2, at(2_000)).await;
+    for job in &running {
+        complete(db, job.lease_token(), at(3_000))
+            .await
+            .expect("complete");
+    }
+    let later = enqueue_one(
+        db,
+        keyed(QUEUE, "receipt", "order:7"),
+        at(WINDOW_MS + 3_001),
+    )
+    .await;
+    assert!(!later.deduplicated, "the window passed: {later:?}");
+    assert_eq!(later.job.enqueue_key.as_deref(), Some("order:7"));
+    let kept = get(db, first.job.id).await;
+    assert_eq!(
+        kept.enqueue_key.as_deref(),
+        Some("order:7"),
+        "the first job still names it"
+    );
 }
 
 /// The window runs from when the key was taken: a key taken exactly `key_window_ms`

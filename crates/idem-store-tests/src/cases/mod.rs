@@ -10,6 +10,7 @@ pub mod counter;
 pub mod effect;
 pub mod enqueue_key;
 pub mod intent;
+pub mod intent_attack;
 pub mod intent_race;
 pub mod job_cancel;
 pub mod job_claim;

@@ -92,14 +92,18 @@ impl Intent {
 /// The permanent error of a job whose call's outcome is not known: it stays dead until
 /// reconciliation or an operator settles the intent and retries the job.
 pub fn awaiting_reconciliation(row: &IntentRow) -> JobError {
-    JobError::permanent(format!(
+    let error = JobError::permanent(format!(
         "intent {:?} is {}: the call may or may not have been applied ({}); it is not sent \
          again blindly. `idem reconcile` looks it up on the remote, `idem intents resolve` \
          settles it by hand; either retries this job once the intent is settled",
         row.key,
         row.state,
         row.error.as_deref().unwrap_or("no detail recorded")
-    ))
+    ));
+    JobError {
+        awaits: Some(row.key.clone()),
+        ..error
+    }
 }
 
 /// A digest of a request: SHA-256 of its JSON with object keys sorted, in hex. The same
@@ -160,9 +164,8 @@ impl JobContext {
         let begun = self.idem.store.intent_begin(params.clone()).await?;
         Ok(match begun {
             IntentBegun::Begun(row) => {
-                if self.job().attempt > 1 {
-                    self.check_stable_intent(key, &row).await?;
-                }
+                // On every attempt: an operator's retry starts the count again.
+                self.check_stable_intent(key, &row).await?;
                 Intent::Begun(IntentGuard::start(&self.idem, row, self.intent_policy))
             }
             IntentBegun::InProgress(row) => Intent::InProgress(row),
@@ -179,8 +182,7 @@ impl JobContext {
         })
     }
 
-    /// On a retry: warns and counts when this job holds intents of the same kind under
-    /// other keys (the key changes between attempts, so the remote sees new requests).
+    /// Warns and counts when this job holds intents of the same kind under other keys (the key changes between attempts, so the remote sees new requests).
     async fn check_stable_intent(&self, key: &EffectKey, row: &IntentRow) -> Result<(), IdemError> {
         let mine = IntentList {
             job_id: Some(row.job_id),

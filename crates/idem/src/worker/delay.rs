@@ -161,6 +161,7 @@ mod tests {
             finalized_at: None,
             last_error: None,
             snoozes,
+            enqueue_key: None,
         }
     }
 

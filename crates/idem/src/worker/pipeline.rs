@@ -105,7 +105,14 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
             Err(e) => Err(e),
         },
         Err(e) if e.kind == JobErrorKind::LeaseLost => Ok(Finished::LeaseLost),
-        Err(e) => fail(shared, job, e).await,
+        Err(e) => {
+            let awaits = e.awaits.clone();
+            let failed = fail(shared, job, e).await;
+            if let (Ok(Finished::Dead), Some(key)) = (&failed, awaits) {
+                settled_meanwhile(shared, job, &key).await;
+            }
+            failed
+        }
     };
     let stats = &shared.stats;
     match result {
@@ -123,6 +130,35 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
         }
         Err(e) => {
             tracing::error!(job_id = job.id, error = %e, "could not record the attempt; the lease will expire and the job will be rescued");
+        }
+    }
+}
+
+/// A job just written dead to await the settlement of intent `key`: if a reconciler or an
+/// operator settled it in the meantime, they found the job still running and left it, so
+/// it is put back to run here. (Each side writes, then reads the other's record: one of
+/// them sees both.)
+async fn settled_meanwhile(shared: &Shared, job: &JobRow, key: &str) {
+    let idem = &shared.idem;
+    let still_waiting = match idem.intent(key).await {
+        Ok(Some(row)) => crate::intent::OPERATOR_FROM.contains(&row.state),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::warn!(job_id = job.id, key, error = %e, "could not read the awaited intent; reconciliation will retry the job once it settles the intent");
+            return;
+        }
+    };
+    if !still_waiting {
+        match idem.retry_settled(job.id).await {
+            Ok(retried) => tracing::info!(
+                job_id = job.id,
+                key,
+                retried,
+                "the awaited intent was settled meanwhile; the job is put back to run"
+            ),
+            Err(e) => {
+                tracing::warn!(job_id = job.id, key, error = %e, "could not put back a job whose intent was settled meanwhile")
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The built-in `http` job kind: one call to another service, made through an intent.
 //!
-//! It sends `Idempotency-Key: <key>`, where the key is `http:{queue}:{enqueue_key}` for
-//! a job with an enqueue key and `http:job:{id}` otherwise: the same on every attempt.
+//! It sends `Idempotency-Key: <key>`, where the key is `http:key:{queue}:{enqueue_key}`
+//! for a job enqueued with a key and `http:job:{id}` otherwise: the same on every attempt,
+//! and on every retry, since it comes from the job's own row.
 //! A keyed remote (`keyed: true`, the default) applies the key once, so an attempt whose
 //! outcome is unclear is simply sent again with the same key. An unkeyed one
 //! (`keyed: false`) is never sent again blindly: an unclear outcome marks the intent
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use idem_store::IntentRow;
 use serde_json::json;
+use sha2::{Digest, Sha256};
 
 pub use args::HttpArgs;
 use args::Request;
@@ -65,13 +67,28 @@ impl Http {
         Ok(http)
     }
 
-    /// The intent's key: from the job's enqueue key if it has one, else its id.
-    async fn key(cx: &JobContext) -> Result<EffectKey, IdemError> {
-        let job = cx.job();
-        Ok(match cx.store().enqueue_key_of(job.id).await? {
-            Some(key) => EffectKey::new("http").part(&job.queue).part(key),
-            None => EffectKey::new("http").part("job").part(job.id),
-        })
+    /// The intent's key, fixed for the job's whole life: `http:key:{queue}:{enqueue_key}`
+    /// for a job enqueued with a key (the key it was enqueued with, kept on its row), else
+    /// `http:job:{id}`. The two forms have different numbers of parts (a `:` inside a
+    /// part is escaped), so they never meet. An enqueue key that cannot be a key's part
+    /// (spaces, too long) is named by its SHA-256: `http:key-sha256:{queue}:{hex}`.
+    fn key(job: &idem_store::JobRow) -> EffectKey {
+        let Some(enqueue_key) = &job.enqueue_key else {
+            return EffectKey::new("http").part("job").part(job.id);
+        };
+        let plain = EffectKey::new("http")
+            .part("key")
+            .part(&job.queue)
+            .part(enqueue_key);
+        if plain.render().is_ok() {
+            return plain;
+        }
+        let digest = Sha256::digest(enqueue_key.as_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        EffectKey::new("http")
+            .part("key-sha256")
+            .part(&job.queue)
+            .part(hex)
     }
 
     /// Sends the request with the intent's key; the response status and a bounded
@@ -90,7 +107,7 @@ impl Http {
         let status = resp.status().as_u16();
         let body = resp.bytes().await?;
         let cut = body.len().min(self.config.body_excerpt);
-        Ok((status, String::from_utf8_lossy(&body[..cut]).into_owned()))
+        Ok((status, excerpt(&body[..cut])))
     }
 
     /// Records what the answer means on the intent, and what the job does next.
@@ -151,6 +168,12 @@ fn client() -> Result<reqwest::Client, IdemError> {
         .map_err(|e| IdemError::Config(format!("the HTTP client cannot be built: {e}")))
 }
 
+/// A body's bytes as text the store can keep: invalid UTF-8 and NUL (which PostgreSQL's
+/// `jsonb` refuses) become U+FFFD, so an applied call's outcome can always be recorded.
+fn excerpt(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).replace('\0', "\u{FFFD}")
+}
+
 /// The remote's id for the effect: an `id` string field of a JSON response.
 fn remote_id(body: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
@@ -170,7 +193,7 @@ impl Handler for Http {
             true => EffectClass::KeyedRemote,
             false => EffectClass::UnkeyedRemote,
         };
-        let key = Self::key(cx).await?;
+        let key = Self::key(cx.job());
         let guard = match cx.intent_as(class, &key, &args.fingerprinted()).await? {
             Intent::Begun(guard) => guard,
             Intent::Completed(_) => return Ok(()),
