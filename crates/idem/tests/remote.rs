@@ -11,6 +11,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::remote::*;
 use common::*;
 use idem::intent::{Lookup, ReconcileOptions};
 use idem::{
@@ -21,10 +22,6 @@ use idem_mock_remote::{Fault, MockRemote, Mode};
 use idem_store_tests::harness::within;
 use idem_store_tests::{TestDb, open_store};
 use tokio::sync::{Barrier, mpsc};
-
-/// The intent lease of the test handlers: long in real time, so no renewal runs while a
-/// test lasts; the tests move injected time past it instead.
-const LEASE: Duration = Duration::from_secs(600);
 
 #[derive(serde::Deserialize, serde::Serialize, Clone)]
 struct Order {
@@ -81,15 +78,6 @@ impl Charge {
         let body: serde_json::Value = resp.json().await.map_err(|e| e.to_string())?;
         Ok(body["id"].as_str().unwrap_or_default().to_owned())
     }
-}
-
-/// A plain HTTP client; the crypto provider is the one the workspace builds.
-fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
 }
 
 impl Handler for Charge {
@@ -173,23 +161,7 @@ impl Handler for Charge {
     }
 
     async fn lookup(&self, intent: &IntentRow, _: Order) -> Lookup {
-        let mut url = reqwest::Url::parse(&format!("{}/effects", self.remote)).expect("url");
-        url.query_pairs_mut().append_pair("reference", &intent.key);
-        let resp = http_client().get(url).send().await;
-        match resp {
-            Ok(r) if r.status() == 404 => Lookup::Absent,
-            Ok(r) if r.status() == 200 => {
-                let body: serde_json::Value = r.json().await.unwrap_or_default();
-                let ids = body["ids"].as_array().cloned().unwrap_or_default();
-                Lookup::of_copies(
-                    ids.iter()
-                        .filter_map(|i| i.as_str().map(str::to_owned))
-                        .collect(),
-                )
-            }
-            Ok(r) => Lookup::CannotTell(format!("lookup answered {}", r.status())),
-            Err(e) => Lookup::CannotTell(e.to_string()),
-        }
+        lookup_copies(&self.remote, intent).await
     }
 }
 
@@ -198,11 +170,7 @@ fn order(order: i64, amount: i64) -> serde_json::Value {
 }
 
 async fn intent(idem: &Idem, key: &str) -> IntentRow {
-    idem.store()
-        .intent_get(key.to_owned())
-        .await
-        .expect("read")
-        .expect("the intent exists")
+    intent_of(idem, key).await.expect("the intent exists")
 }
 
 /// Two jobs for one order (a producer's duplicate) run at once on two pools against an
@@ -618,23 +586,9 @@ async fn a_call_longer_than_its_lease_completes_under_renewals(db: &TestDb) {
     );
 }
 
-/// The POST requests the remote received.
+/// How many POST requests the remote received.
 fn posts(remote: &MockRemote) -> usize {
-    remote.log().iter().filter(|e| e.method == "POST").count()
-}
-
-/// Waits until the job is in `state`; returns it.
-async fn wait_state(idem: &Idem, id: i64, state: JobState) -> idem::JobRow {
-    let reached = async {
-        loop {
-            let job = common::job(idem, id).await;
-            if job.state == state {
-                return job;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    within(60, "the job reaches its state", reached).await
+    post_keys(remote).len()
 }
 
 /// An unkeyed call whose holder is paused after confirming its lease (the request not yet

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use common::remote::*;
 use common::*;
 use idem::intent::{Lookup, ReconcileOptions};
 use idem::{
@@ -25,20 +26,11 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
-/// The intent lease of the handlers here: long in real time, so no renewal runs while a
-/// test lasts; the tests move injected time past it instead.
-const LEASE: Duration = Duration::from_secs(600);
-
 const DAY: Duration = Duration::from_secs(86_400);
 
 /// The `http` kind with [`LEASE`] and a 5 s call timeout.
 fn http() -> idem::builtin::Http {
-    idem::builtin::Http::new(idem::builtin::HttpConfig {
-        call_timeout: Duration::from_secs(5),
-        lease: LEASE,
-        ..Default::default()
-    })
-    .expect("http kind")
+    http_kind(Duration::from_secs(5))
 }
 
 /// [`config`] without a purger: the tests purge by hand, when they mean to.
@@ -49,31 +41,12 @@ fn no_purger(queue: &str) -> WorkerConfig {
 }
 
 async fn intent(idem: &Idem, key: &str) -> Option<IntentRow> {
-    idem.store().intent_get(key.to_owned()).await.expect("read")
+    intent_of(idem, key).await
 }
 
 /// The POST requests the remote received, with the key each carried.
 fn posts(remote: &MockRemote) -> Vec<Option<String>> {
-    remote
-        .log()
-        .into_iter()
-        .filter(|e| e.method == "POST")
-        .map(|e| e.key)
-        .collect()
-}
-
-/// Waits until the job is in `state`; returns it.
-async fn wait_state(idem: &Idem, id: i64, state: JobState) -> JobRow {
-    let reached = async {
-        loop {
-            let job = common::job(idem, id).await;
-            if job.state == state {
-                return job;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    within(60, "the job reaches its state", reached).await
+    post_keys(remote)
 }
 
 /// Polls the job for at most `secs` seconds until `done` holds; returns the last read.
@@ -331,15 +304,6 @@ struct Pay {
     gate: Gate,
 }
 
-/// A plain HTTP client; the crypto provider is the one the workspace builds.
-fn http_client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client")
-}
-
 #[derive(serde::Deserialize, serde::Serialize, Clone)]
 struct Order {
     order: i64,
@@ -401,22 +365,7 @@ impl Handler for Pay {
     }
 
     async fn lookup(&self, intent: &IntentRow, _: Order) -> Lookup {
-        let mut url = reqwest::Url::parse(&format!("{}/effects", self.remote)).expect("url");
-        url.query_pairs_mut().append_pair("reference", &intent.key);
-        match http_client().get(url).send().await {
-            Ok(r) if r.status() == 404 => Lookup::Absent,
-            Ok(r) if r.status() == 200 => {
-                let body: serde_json::Value = r.json().await.unwrap_or_default();
-                let ids = body["ids"].as_array().cloned().unwrap_or_default();
-                Lookup::of_copies(
-                    ids.iter()
-                        .filter_map(|i| i.as_str().map(str::to_owned))
-                        .collect(),
-                )
-            }
-            Ok(r) => Lookup::CannotTell(format!("lookup answered {}", r.status())),
-            Err(e) => Lookup::CannotTell(e.to_string()),
-        }
+        lookup_copies(&self.remote, intent).await
     }
 }
 

@@ -11,24 +11,18 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::remote::*;
 use common::*;
-use idem::builtin::{Http, HttpConfig};
+use idem::builtin::Http;
 use idem::{Idem, IntentState, Job, JobState};
 use idem_mock_remote::{Fault, MockRemote, Mode};
 use idem_store_tests::{TestDb, harness::within, open_store};
 
 const CHILD_ENV: &str = "IDEM_REMOTE_CRASH_URL";
 
-/// The intent lease of the `http` kind in both processes.
-const LEASE: Duration = Duration::from_secs(600);
-
+/// The `http` kind of both processes, with the tests' long intent lease.
 fn http() -> Http {
-    Http::new(HttpConfig {
-        call_timeout: Duration::from_secs(60),
-        lease: LEASE,
-        ..HttpConfig::default()
-    })
-    .expect("http kind")
+    http_kind(Duration::from_secs(60))
 }
 
 /// The child process: a worker running the `http` kind, until it is killed. Runs only
@@ -96,16 +90,7 @@ async fn a_worker_killed_after_its_call_is_retried_with_the_same_key(db: &TestDb
     let mut w = idem.worker(config("out", 1)).unwrap();
     w.register(http()).unwrap();
     let w = w.start();
-    let done = within(60, "the job completes", async {
-        loop {
-            let j = common::job(&idem, job.id).await;
-            if j.state == JobState::Completed {
-                return j;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let done = wait_state(&idem, job.id, JobState::Completed).await;
     within(30, "shutdown", w.shutdown()).await;
     assert_eq!(done.attempt, 2);
     let log = remote.log();

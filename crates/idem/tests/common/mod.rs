@@ -2,6 +2,8 @@
 //! in the caller's own schema, and signals that handlers send to the test.
 #![allow(dead_code)]
 
+pub mod remote;
+
 use std::future::Future;
 use std::process::Stdio;
 use std::sync::Arc;
