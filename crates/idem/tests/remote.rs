@@ -586,6 +586,40 @@ async fn a_call_longer_than_its_lease_completes_under_renewals(db: &TestDb) {
     );
 }
 
+/// A second job that names the same call (the same key) with a different request is
+/// refused before anything is sent: it dies with the mismatch named, the remote saw only
+/// the first request, and the first call's record is unchanged.
+async fn a_different_request_under_a_used_key_is_refused_unsent(db: &TestDb) {
+    let remote = MockRemote::start(Mode::Unkeyed).expect("mock");
+    let idem = client(db, None);
+    let first = idem
+        .enqueue(Job::new("charge", order(21, 100)).queue("pay"))
+        .await
+        .unwrap()
+        .job;
+    let (charge, _seen) = Charge::new(&remote, EffectClass::UnkeyedRemote);
+    let mut w = idem.worker(config("pay", 1)).unwrap();
+    w.register(charge).unwrap();
+    let w = w.start();
+    wait_state(&idem, first.id, JobState::Completed).await;
+    let before = intent(&idem, "charge:21").await;
+    let second = idem
+        .enqueue(Job::new("charge", order(21, 999)).queue("pay"))
+        .await
+        .unwrap()
+        .job;
+    let dead = wait_state(&idem, second.id, JobState::Dead).await;
+    within(30, "shutdown", w.shutdown()).await;
+    let error = dead.last_error.unwrap_or_default();
+    assert!(error.contains("different request"), "{error}");
+    assert_eq!(posts(&remote), 1, "nothing sent for the second job");
+    assert_eq!(
+        intent(&idem, "charge:21").await,
+        before,
+        "the record is unchanged"
+    );
+}
+
 /// How many POST requests the remote received.
 fn posts(remote: &MockRemote) -> usize {
     post_keys(remote).len()
@@ -681,5 +715,6 @@ idem_store_tests::store_cases!(
     an_absent_call_is_sent_again_only_after_the_settle_delay,
     a_hanging_call_is_abandoned_when_its_lease_can_not_be_renewed,
     a_call_longer_than_its_lease_completes_under_renewals,
+    a_different_request_under_a_used_key_is_refused_unsent,
     a_late_copy_from_a_paused_holder_is_marked_duplicate_by_the_audit,
 );
