@@ -245,9 +245,11 @@ async fn a_zombie_holder_can_not_renew_send_or_complete(db: &TestDb) {
     let remote = MockRemote::start(Mode::Keyed).expect("mock");
     let clock = db_clock(db).await;
     let idem = client(db, Some(Arc::new(clock.clone())));
-    idem.enqueue(Job::new("charge", order(7, 100)).queue("pay"))
+    let job = idem
+        .enqueue(Job::new("charge", order(7, 100)).queue("pay"))
         .await
-        .unwrap();
+        .unwrap()
+        .job;
     let (mut charge, mut seen) = Charge::new(&remote, EffectClass::KeyedRemote);
     let (park, mut parked) = events();
     charge.park = Some(park);
@@ -258,7 +260,9 @@ async fn a_zombie_holder_can_not_renew_send_or_complete(db: &TestDb) {
         .await
         .expect("a guard");
     assert_eq!(seen.recv().await, Some((1, "begun")));
-    // Past the intent's lease (and the retry's delay) the next attempt takes over.
+    // Once the failed attempt is recorded (its retry is due 5 s later on the injected
+    // clock), past the intent's lease and that delay, the next attempt takes over.
+    wait_state(&idem, job.id, JobState::Retryable).await;
     clock.advance(LEASE + Duration::from_secs(1));
     assert_eq!(
         within(30, "the takeover", seen.recv()).await,
