@@ -26,7 +26,14 @@ pub fn url(flag: Option<String>) -> String {
 
 /// A client on the existing database at `url`, whose schema is this build's.
 pub async fn open(url: &str) -> anyhow::Result<Idem> {
-    Idem::open(url).await.map_err(|e| explain(url, e))
+    open_with(url, idem::ConnectOptions::default()).await
+}
+
+/// [`open`] with the store's settings (a worker's pool size).
+pub async fn open_with(url: &str, options: idem::ConnectOptions) -> anyhow::Result<Idem> {
+    Idem::open_with(url, options)
+        .await
+        .map_err(|e| explain(url, e))
 }
 
 /// The existing database at `url`, whatever its schema (for `idem migrate --status`).

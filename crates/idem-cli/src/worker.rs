@@ -58,11 +58,23 @@ pub fn register_builtins(worker: &mut Worker) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The store settings of a worker: on PostgreSQL, a pool that serves every job at once
+/// plus the worker's own duties and one reconciliation pass (never below the default).
+fn connect_options(worker: &WorkerConfig) -> idem::ConnectOptions {
+    let jobs: usize = worker.queues.values().sum();
+    let wanted = u32::try_from(jobs)
+        .unwrap_or(u32::MAX)
+        .saturating_add(idem::WORKER_CONNECTIONS + 1);
+    let mut options = idem::ConnectOptions::default();
+    options.postgres.max_connections = options.postgres.max_connections.max(wanted);
+    options
+}
+
 /// `idem worker`: runs until SIGTERM or SIGINT, then prints what it did.
 pub async fn run(url: &str, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     let queues = queues(&a)?;
     let config = settings(&a, queues)?;
-    let idem = database::open(url)
+    let idem = database::open_with(url, connect_options(&config.worker))
         .await?
         .with_retention(config.retention)?
         .with_horizon(config.horizon());
@@ -191,4 +203,22 @@ fn summary(r: &WorkerReport) -> String {
         r.timed_out,
         r.rescued
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_pool_serves_every_job_and_the_workers_duties() {
+        let small = super::WorkerConfig::default().only_queue("q", 4);
+        let default = idem::ConnectOptions::default().postgres.max_connections;
+        assert_eq!(
+            super::connect_options(&small).postgres.max_connections,
+            default
+        );
+        let big = super::WorkerConfig::default().only_queue("q", 50);
+        let pool = super::connect_options(&big).postgres.max_connections;
+        assert_eq!(pool, 50 + idem::WORKER_CONNECTIONS + 1);
+        big.check_connections(Some(pool))
+            .expect("enough for every job at once");
+    }
 }
