@@ -35,7 +35,7 @@ pub struct ReconcileArgs {
     /// How far back the audit looks again at completed unkeyed calls (by creation)
     #[arg(long, default_value = "3d", value_parser = duration, value_name = "DUR")]
     audit_window: Duration,
-    /// At most this many intents per state in this pass
+    /// Intents read per page (a pass reads every page)
     #[arg(long, default_value_t = ReconcileOptions::default().limit,
           value_parser = clap::value_parser!(u32).range(1..))]
     limit: u32,

@@ -127,7 +127,11 @@ pub(crate) trait ErasedHandler: Send + Sync {
     fn call(self: Arc<Self>, cx: JobContext) -> BoxFuture<(JobContext, Result<(), JobError>)>;
 }
 
-pub(crate) struct Registered<H>(pub(crate) H);
+/// A handler with the intent policy it had when registered (asked once, not per job).
+pub(crate) struct Registered<H> {
+    pub(crate) handler: H,
+    pub(crate) policy: IntentPolicy,
+}
 
 impl<H: Handler> ErasedHandler for Registered<H> {
     fn effect(&self) -> EffectClass {
@@ -137,7 +141,7 @@ impl<H: Handler> ErasedHandler for Registered<H> {
     fn lookup(self: Arc<Self>, intent: IntentRow, job: JobRow) -> BoxFuture<Lookup> {
         Box::pin(async move {
             match H::Args::deserialize(&job.args) {
-                Ok(args) => self.0.lookup(&intent, args).await,
+                Ok(args) => self.handler.lookup(&intent, args).await,
                 Err(e) => Lookup::CannotTell(format!(
                     "args of job {} (kind {:?}) do not decode: {e}",
                     job.id,
@@ -149,7 +153,7 @@ impl<H: Handler> ErasedHandler for Registered<H> {
 
     fn call(self: Arc<Self>, mut cx: JobContext) -> BoxFuture<(JobContext, Result<(), JobError>)> {
         cx.effect = H::EFFECT;
-        cx.intent_policy = self.0.intent_policy();
+        cx.intent_policy = self.policy;
         Box::pin(async move {
             let args: H::Args = match H::Args::deserialize(&cx.job().args) {
                 Ok(a) => a,
@@ -158,7 +162,7 @@ impl<H: Handler> ErasedHandler for Registered<H> {
                     return (cx, Err(JobError::permanent(msg)));
                 }
             };
-            let out = self.0.run(&mut cx, args).await;
+            let out = self.handler.run(&mut cx, args).await;
             (cx, out)
         })
     }

@@ -67,7 +67,16 @@ impl Renewal {
         };
         match self.store.intent_renew(params).await {
             Ok(_) => {
-                self.deadline.send_replace(Some(sent + self.lease));
+                // Only ever later, and never back from lost: a renewal answered late must
+                // not undo a refusal answered first.
+                let end = sent + self.lease;
+                self.deadline.send_if_modified(|d| match d {
+                    Some(now) if *now < end => {
+                        *d = Some(end);
+                        true
+                    }
+                    _ => false,
+                });
                 Ok(())
             }
             Err(e @ StoreError::IntentLost { .. }) => {
@@ -161,11 +170,8 @@ impl IntentGuard {
                         self.row.key
                     ))));
                 }
-                changed = deadline.changed() => {
-                    if changed.is_err() {
-                        return Err(StoreError::intent_lost(&self.renewal.token).into());
-                    }
-                }
+                // The guard holds the sender, so this only ever reports a change.
+                _ = deadline.changed() => {}
             }
         }
     }

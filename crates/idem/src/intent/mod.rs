@@ -34,10 +34,9 @@ use crate::effect::EffectKey;
 use crate::error::{IdemError, JobError};
 use crate::handler::EffectClass;
 
-/// The shortest and longest a job waits before looking again at an intent another holder
-/// has in progress.
+/// The shortest a job waits before looking again at an intent another holder has in
+/// progress.
 const IN_PROGRESS_MIN: Duration = Duration::from_millis(100);
-const IN_PROGRESS_MAX: Duration = Duration::from_secs(2);
 
 /// What [`JobContext::intent`] found: either this attempt holds the intent and makes the
 /// call, or the key's record says what happened to the call already.
@@ -60,22 +59,20 @@ pub enum Intent {
 
 impl Intent {
     /// The job's answer when this attempt does not hold the intent: wait for a live
-    /// holder (a snooze of at most 2 s, or until its lease ends if sooner), stop for good on a refused call, stop and
+    /// holder (a snooze until its lease ends: one snooze per lease, so a long call does
+    /// not use up the job's `max_snoozes`), stop for good on a refused call, stop and
     /// wait for reconciliation on an unknown outcome. `None` for `Begun` and `Completed`,
     /// where the handler goes on.
     pub fn wait(&self) -> Option<JobError> {
         match self {
             Intent::Begun(_) | Intent::Completed(_) => None,
-            // The holder may finish any moment, or its lease may lapse: look again soon,
-            // at most when the lease ends.
+            // By the lease's end the holder has finished, renewed, or lost it.
             Intent::InProgress(row) => {
                 let left = row
                     .lease_expires_at
                     .map(|end| (end - chrono::Utc::now()).to_std().unwrap_or_default())
                     .unwrap_or_default();
-                Some(JobError::snooze(
-                    left.clamp(IN_PROGRESS_MIN, IN_PROGRESS_MAX),
-                ))
+                Some(JobError::snooze(left.max(IN_PROGRESS_MIN)))
             }
             Intent::Failed(row) => Some(JobError::permanent(format!(
                 "intent {:?} failed: {}",
@@ -115,8 +112,15 @@ pub fn fingerprint(request: &impl Serialize) -> Result<String, IdemError> {
         .map_err(|e| IdemError::InvalidJob(format!("the request cannot be encoded: {e}")))?;
     let bytes = serde_json::to_vec(&value)
         .map_err(|e| IdemError::InvalidJob(format!("the request cannot be encoded: {e}")))?;
-    let digest = Sha256::digest(&bytes);
-    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(sha256_hex(&bytes))
+}
+
+/// SHA-256 of `bytes`, in lowercase hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 impl JobContext {
@@ -164,8 +168,11 @@ impl JobContext {
         let begun = self.idem.store.intent_begin(params.clone()).await?;
         Ok(match begun {
             IntentBegun::Begun(row) => {
-                // On every attempt: an operator's retry starts the count again.
-                self.check_stable_intent(key, &row).await?;
+                // On every attempt: an operator's retry starts the count again. A failed
+                // check only warns: the intent is reserved and its guard must start.
+                if let Err(e) = self.check_stable_intent(key, &row).await {
+                    tracing::warn!(key = %row.key, error = %e, "could not check the intent key's stability");
+                }
                 Intent::Begun(IntentGuard::start(&self.idem, row, self.intent_policy))
             }
             IntentBegun::InProgress(row) => Intent::InProgress(row),

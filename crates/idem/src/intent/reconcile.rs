@@ -67,7 +67,7 @@ pub struct ReconcileOptions {
     /// How far back the audit looks: completed unkeyed intents created within this
     /// window (default 3 days, the intent retention).
     pub audit_window: Duration,
-    /// At most this many intents per state per pass (default 1,000).
+    /// Intents read per page (default 1,000); a pass reads every page.
     pub limit: u32,
 }
 
@@ -135,6 +135,32 @@ impl ReconcileReport {
     }
 }
 
+/// Which intents a pass reads, a page at a time in key order.
+struct Page {
+    state: IntentState,
+    updated_before: Option<idem_store::Timestamp>,
+    created_since: Option<idem_store::Timestamp>,
+    after: Option<String>,
+    limit: u32,
+}
+
+impl Page {
+    fn new(
+        state: IntentState,
+        updated_before: Option<idem_store::Timestamp>,
+        created_since: Option<idem_store::Timestamp>,
+        limit: u32,
+    ) -> Page {
+        Page {
+            state,
+            updated_before,
+            created_since,
+            after: None,
+            limit: limit.max(1),
+        }
+    }
+}
+
 /// Runs reconciliation for the job kinds of one worker.
 #[derive(Clone)]
 pub struct Reconciler {
@@ -161,45 +187,56 @@ impl Reconciler {
         let mut report = ReconcileReport::default();
         let now = self.idem.now().await?;
         let settled_before = now - chrono_of(opts.settle)?;
-        for row in self
-            .page(IntentState::Unknown, None, None, opts.limit)
-            .await?
-        {
-            self.settle_unknown(row, settled_before, &mut report)
-                .await?;
+        let unknown = Page::new(IntentState::Unknown, None, None, opts.limit);
+        let mut next = Some(unknown);
+        while let Some(page) = next {
+            let (rows, more) = self.page(page).await?;
+            for row in rows {
+                self.settle_unknown(row, settled_before, &mut report)
+                    .await?;
+            }
+            next = more;
         }
         let since = now - chrono_of(opts.audit_window)?;
-        let audit = self
-            .page(
-                IntentState::Completed,
-                Some(settled_before),
-                Some(since),
-                opts.limit,
-            )
-            .await?;
-        for row in audit {
-            self.audit(row, &mut report).await?;
+        let audit = Page::new(
+            IntentState::Completed,
+            Some(settled_before),
+            Some(since),
+            opts.limit,
+        );
+        let mut next = Some(audit);
+        while let Some(page) = next {
+            let (rows, more) = self.page(page).await?;
+            for row in rows {
+                self.audit(row, &mut report).await?;
+            }
+            next = more;
         }
         Ok(report)
     }
 
-    async fn page(
-        &self,
-        state: IntentState,
-        updated_before: Option<idem_store::Timestamp>,
-        created_since: Option<idem_store::Timestamp>,
-        limit: u32,
-    ) -> Result<Vec<IntentRow>, IdemError> {
-        let unkeyed = (state == IntentState::Completed).then_some(true);
+    /// One page of intents in `page`'s state, and the page after it when this one was
+    /// full. A pass reads every page, so intents it leaves (settling, of kinds without a
+    /// handler here) never hide those behind them.
+    async fn page(&self, page: Page) -> Result<(Vec<IntentRow>, Option<Page>), IdemError> {
         let params = IntentList {
-            states: vec![state],
-            unkeyed,
-            updated_before,
-            created_since,
-            limit,
+            states: vec![page.state],
+            unkeyed: (page.state == IntentState::Completed).then_some(true),
+            updated_before: page.updated_before,
+            created_since: page.created_since,
+            after: page.after.clone(),
+            limit: page.limit,
             ..IntentList::default()
         };
-        Ok(self.idem.store.intent_list(params).await?)
+        let rows = self.idem.store.intent_list(params).await?;
+        let more = match rows.last() {
+            Some(last) if rows.len() == page.limit as usize => Some(Page {
+                after: Some(last.key.clone()),
+                ..page
+            }),
+            _ => None,
+        };
+        Ok((rows, more))
     }
 
     /// Looks the job's handler's call up; `None` when this process has no handler for

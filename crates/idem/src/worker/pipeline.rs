@@ -105,8 +105,8 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
             Err(e) => Err(e),
         },
         Err(e) if e.kind == JobErrorKind::LeaseLost => Ok(Finished::LeaseLost),
-        Err(e) => {
-            let awaits = e.awaits.clone();
+        Err(mut e) => {
+            let awaits = e.awaits.take();
             let failed = fail(shared, job, e).await;
             if let (Ok(Finished::Dead), Some(key)) = (&failed, awaits) {
                 settled_meanwhile(shared, job, &key).await;

@@ -45,11 +45,13 @@ impl Worker {
                 H::KIND
             )));
         }
+        let policy = handler.intent_policy();
         if H::EFFECT != EffectClass::Transactional {
-            handler.intent_policy().check(H::KIND)?;
+            policy.check(H::KIND)?;
         }
+        let registered = Registered { handler, policy };
         self.handlers
-            .insert(H::KIND.to_owned(), Arc::new(Registered(handler)));
+            .insert(H::KIND.to_owned(), Arc::new(registered));
         Ok(self)
     }
 

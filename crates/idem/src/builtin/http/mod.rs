@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use idem_store::IntentRow;
 use serde_json::json;
-use sha2::{Digest, Sha256};
 
 pub use args::HttpArgs;
 use args::Request;
@@ -83,8 +82,7 @@ impl Http {
         if plain.render().is_ok() {
             return plain;
         }
-        let digest = Sha256::digest(enqueue_key.as_bytes());
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = crate::intent::sha256_hex(enqueue_key.as_bytes());
         EffectKey::new("http")
             .part("key-sha256")
             .part(&job.queue)
@@ -103,11 +101,19 @@ impl Http {
         if let Some(body) = &r.body {
             req = req.json(body);
         }
-        let resp = req.send().await?;
+        let mut resp = req.send().await?;
         let status = resp.status().as_u16();
-        let body = resp.bytes().await?;
-        let cut = body.len().min(self.config.body_excerpt);
-        Ok((status, excerpt(&body[..cut])))
+        // The status decides the outcome; the body is only an excerpt to keep, read up to
+        // its bound, and a failure reading it changes nothing about a call answered.
+        let mut body = Vec::new();
+        while body.len() < self.config.body_excerpt {
+            match resp.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        body.truncate(self.config.body_excerpt);
+        Ok((status, excerpt(&body)))
     }
 
     /// Records what the answer means on the intent, and what the job does next.
@@ -239,25 +245,19 @@ impl Handler for Http {
         };
         match resp.status().as_u16() {
             404 => Lookup::Absent,
-            200 => {
-                let body: serde_json::Value = resp.json().await.unwrap_or_default();
-                let ids: Vec<String> = body
-                    .get("ids")
-                    .and_then(|ids| ids.as_array())
-                    .map(|ids| {
+            200 => match resp.json::<serde_json::Value>().await {
+                Ok(body) => match body.get("ids").and_then(|ids| ids.as_array()) {
+                    Some(ids) => Lookup::of_copies(
                         ids.iter()
                             .filter_map(|i| i.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                match ids.is_empty() {
-                    true => Lookup::Applied {
-                        remote_refs: vec![],
-                        result: json!({"reconciled": "applied"}),
-                    },
-                    false => Lookup::of_copies(ids),
-                }
-            }
+                            .collect(),
+                    ),
+                    None => Lookup::CannotTell(format!(
+                        "lookup at {url} answered 200 without an `ids` array"
+                    )),
+                },
+                Err(e) => Lookup::CannotTell(format!("lookup at {url} answered 200: {e}")),
+            },
             status => Lookup::CannotTell(format!("lookup at {url} answered HTTP {status}")),
         }
     }
