@@ -184,6 +184,15 @@ pub enum IntentBegun {
 }
 
 impl IntentBegun {
+    /// The answer for a row that this begin wrote: held (`in_progress`), or, for an
+    /// unkeyed takeover, `unknown`.
+    pub fn of_written(row: IntentRow) -> IntentBegun {
+        match row.state {
+            IntentState::InProgress => IntentBegun::Begun(row),
+            _ => IntentBegun::Reconcile(row),
+        }
+    }
+
     /// The answer for a row that this begin did not write, by its state.
     pub fn of_existing(row: IntentRow, fingerprint: &str) -> IntentBegun {
         if row.fingerprint != fingerprint {
@@ -307,9 +316,18 @@ pub struct IntentResolve {
 }
 
 impl IntentResolve {
+    /// Why a resolution matched nothing, given the intent as it is now: its state or
+    /// fence moved on (`Conflict`), or it does not exist (`NotFound`).
+    pub fn refused(&self, found: Option<&IntentRow>) -> StoreError {
+        match found {
+            Some(found) => self.conflict_with(found),
+            None => StoreError::not_found(format!("intent {:?}", self.token.key)),
+        }
+    }
+
     /// The error when the intent exists but its state or fence moved on from what the
     /// resolver read: `found` is the intent as it is now.
-    pub fn conflict_with(&self, found: &IntentRow) -> StoreError {
+    fn conflict_with(&self, found: &IntentRow) -> StoreError {
         let from: Vec<&str> = self.from.iter().map(|s| s.as_str()).collect();
         StoreError::Conflict(format!(
             "intent {:?} is {} at fence {}, not one of [{}] at fence {} as read; it changed \

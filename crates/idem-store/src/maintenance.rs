@@ -37,8 +37,8 @@ pub enum PurgeTarget {
     /// job that may still run again (it exists and is not completed): a late attempt of
     /// that job must find the key its earlier attempt committed.
     EffectKeys,
-    /// Intents (`idem_intent`) completed, failed or released and created before the
-    /// cutoff, except those of a job that may still run again. Intents in progress,
+    /// Intents (`idem_intent`) completed, failed or released, created and last changed
+    /// before the cutoff, except those of a job that may still run again. Intents in progress,
     /// unknown, duplicate or manual are kept: they await their holder, a reconciler or
     /// an operator.
     Intents,
@@ -46,7 +46,8 @@ pub enum PurgeTarget {
     /// any enqueue key they still hold.
     FinishedJobs,
     /// Dead jobs finalized before the cutoff, with their attempts and any enqueue key
-    /// they still hold.
+    /// they still hold. A job whose intent is in progress, unknown or manual is kept:
+    /// reconciliation needs it.
     DeadJobs,
 }
 

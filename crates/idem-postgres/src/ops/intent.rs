@@ -6,7 +6,7 @@
 use idem_store::intent::{outcome_columns, resolution_columns};
 use idem_store::{
     IntentBegin, IntentBegun, IntentFinish, IntentList, IntentRenew, IntentResolve, IntentRow,
-    IntentState, StoreError, StoreResult,
+    StoreError, StoreResult,
 };
 use sqlx::types::Json;
 use sqlx::{Executor, PgConnection, Postgres};
@@ -19,7 +19,7 @@ const GET: &str = include_str!("../../queries/intent/get.sql");
 
 /// Reserves the key, or answers with what holds it. When the conditional write wrote
 /// nothing, the claim is checked first (a stale claim learns nothing but `LeaseLost`),
-/// then the holder is read; a holder deleted in between (released, resolved absent) is
+/// then the holder is read; a holder deleted in between (purged) is
 /// no reason to refuse: the write is tried again, up to [`INSERT_TRIES`] times.
 pub(crate) async fn begin(c: &mut PgConnection, p: IntentBegin) -> StoreResult<IntentBegun> {
     for _ in 0..INSERT_TRIES {
@@ -36,10 +36,7 @@ pub(crate) async fn begin(c: &mut PgConnection, p: IntentBegin) -> StoreResult<I
             .map_err(interpret_error)?;
         if let Some(r) = written {
             let row = row::intent(&r)?;
-            return Ok(match row.state {
-                IntentState::InProgress => IntentBegun::Begun(row),
-                _ => IntentBegun::Reconcile(row),
-            });
+            return Ok(IntentBegun::of_written(row));
         }
         still_current(c, p.job).await?;
         if let Some(row) = holder(c, GET, &p.key, row::intent).await? {
@@ -115,8 +112,7 @@ pub(crate) async fn resolve(c: &mut PgConnection, p: IntentResolve) -> StoreResu
 /// Why a resolution matched nothing.
 async fn unresolved(c: &mut PgConnection, p: &IntentResolve) -> StoreError {
     match holder(c, GET, &p.token.key, row::intent).await {
-        Ok(Some(found)) => p.conflict_with(&found),
-        Ok(None) => StoreError::not_found(format!("intent {:?}", p.token.key)),
+        Ok(found) => p.refused(found.as_ref()),
         Err(e) => e,
     }
 }

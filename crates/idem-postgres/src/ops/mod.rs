@@ -46,8 +46,8 @@ where
     }
 }
 
-/// How many times a fenced `INSERT … ON CONFLICT DO NOTHING` is tried when the record it
-/// collided with was gone by the time it was read back.
+/// How many times a fenced `INSERT … ON CONFLICT` is tried when the record it collided
+/// with was gone by the time it was read back.
 pub(crate) const INSERT_TRIES: usize = 3;
 
 /// The record holding `key`, read after a fenced insert of it inserted nothing; `None`

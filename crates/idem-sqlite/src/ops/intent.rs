@@ -6,7 +6,7 @@
 use idem_store::intent::{outcome_columns, resolution_columns};
 use idem_store::{
     IntentBegin, IntentBegun, IntentFinish, IntentList, IntentRenew, IntentResolve, IntentRow,
-    IntentState, JobLock, StoreError, StoreResult,
+    JobLock, StoreError, StoreResult,
 };
 use rusqlite::{Connection, params};
 
@@ -30,10 +30,7 @@ pub(crate) fn begin(c: &Connection, p: &IntentBegin) -> StoreResult<IntentBegun>
         p.now.map(ts_to_ms)
     ];
     if let Some(row) = rows(c, sql, args, row::intent)?.pop() {
-        return Ok(match row.state {
-            IntentState::InProgress => IntentBegun::Begun(row),
-            _ => IntentBegun::Reconcile(row),
-        });
+        return Ok(IntentBegun::of_written(row));
     }
     super::job::lock(c, &JobLock::of(p.job))?;
     match get(c, &p.key)? {
@@ -95,8 +92,7 @@ pub(crate) fn resolve(c: &Connection, p: &IntentResolve) -> StoreResult<IntentRo
 /// Why a resolution matched nothing.
 fn unresolved(c: &Connection, p: &IntentResolve) -> StoreError {
     match get(c, &p.token.key) {
-        Ok(Some(found)) => p.conflict_with(&found),
-        Ok(None) => StoreError::not_found(format!("intent {:?}", p.token.key)),
+        Ok(found) => p.refused(found.as_ref()),
         Err(e) => e,
     }
 }
