@@ -49,16 +49,19 @@ fn posts(remote: &MockRemote) -> Vec<Option<String>> {
     post_keys(remote)
 }
 
-/// Polls the job for at most `secs` seconds until `done` holds; returns the last read.
+/// Polls the job until `done` holds, for at most `secs` seconds (then the test fails);
+/// returns it.
 async fn poll_job(idem: &Idem, id: i64, secs: u64, done: impl Fn(&JobRow) -> bool) -> JobRow {
-    let end = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        let job = common::job(idem, id).await;
-        if done(&job) || tokio::time::Instant::now() >= end {
-            return job;
+    let reached = async {
+        loop {
+            let job = common::job(idem, id).await;
+            if done(&job) {
+                return job;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    };
+    within(secs, "the job reaches the awaited state", reached).await
 }
 
 /// An unkeyed `http` call in queue `out` with enqueue key `pay-1`, which the remote applies
@@ -76,7 +79,7 @@ async fn an_unknown_unkeyed_call(
 ) {
     let effects = format!("{}/effects", remote.url());
     let mut args = json!({
-        "url": effects, "keyed": false, "timeout_ms": 300, "body": {"order": 1, "amount": 100},
+        "url": effects, "keyed": false, "timeout_ms": 2000, "body": {"order": 1, "amount": 100},
     });
     if lookup {
         args["lookup_url"] = json!(effects);
@@ -128,6 +131,7 @@ async fn a_settled_http_call_is_not_sent_again_after_its_enqueue_key_is_purged(d
     })
     .await;
     within(30, "shutdown", w.shutdown()).await;
+    assert_eq!(after.state, JobState::Completed, "{after:?}");
     let mine = idem::IntentList {
         job_id: Some(job.id),
         limit: 10,
@@ -311,15 +315,7 @@ struct Order {
 
 impl Pay {
     async fn post(&self, key: &str, order: &Order) -> Result<String, String> {
-        let resp = http_client()
-            .post(format!("{}/effects", self.remote))
-            .header("Idempotency-Key", key)
-            .json(order)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let body: serde_json::Value = resp.json().await.map_err(|e| e.to_string())?;
-        Ok(body["id"].as_str().unwrap_or_default().to_owned())
+        post_effect(&self.remote, key, order).await
     }
 }
 
@@ -462,6 +458,16 @@ async fn a_dead_job_awaiting_reconciliation_is_kept(db: &TestDb) {
     let kept = idem.job(job.id).await.unwrap();
     let absent = idem.resolve_intent(key, IntentResolution::Absent).await;
     within(30, "shutdown", w.shutdown()).await;
+    assert_eq!(purged, 0, "the only dead job awaits its intent");
+    let settled = absent
+        .as_ref()
+        .map(|(row, retried)| (row.state, *retried))
+        .ok();
+    assert_eq!(
+        settled,
+        Some((IntentState::Released, true)),
+        "released and put back"
+    );
     assert!(
         kept.is_some(),
         "the dead job awaiting its intent was purged ({purged} purged); the operator then \

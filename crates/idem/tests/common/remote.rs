@@ -31,6 +31,23 @@ pub fn http_client() -> reqwest::Client {
         .expect("client")
 }
 
+/// Applies an effect at the mock remote at `remote_url` with key `key`; the remote's id.
+pub async fn post_effect(
+    remote_url: &str,
+    key: &str,
+    body: &impl serde::Serialize,
+) -> Result<String, String> {
+    let resp = http_client()
+        .post(format!("{remote_url}/effects"))
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let body: serde_json::Value = resp.json().await.map_err(|e| e.to_string())?;
+    Ok(body["id"].as_str().unwrap_or_default().to_owned())
+}
+
 /// Looks the call of `intent` up at the mock remote at `remote_url`, by its key.
 pub async fn lookup_copies(remote_url: &str, intent: &IntentRow) -> Lookup {
     let mut url = reqwest::Url::parse(&format!("{remote_url}/effects")).expect("url");
