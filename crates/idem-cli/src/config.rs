@@ -64,6 +64,25 @@ pub struct CliConfig {
     pub worker: WorkerConfig,
     /// Retention windows.
     pub retention: Retention,
+    /// `[[api.tokens]]`: the bearer tokens of `idem serve`, each naming a principal.
+    pub api_tokens: Vec<ApiToken>,
+}
+
+/// One `[[api.tokens]]` entry: a principal and where its token is. The token itself may
+/// be written in the file (`token`) or, better, named by the environment variable that
+/// holds it (`token_env`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiToken {
+    /// The principal the token names.
+    pub principal: String,
+    /// The token.
+    pub token: Option<String>,
+    /// The environment variable holding the token.
+    pub token_env: Option<String>,
+    /// Whether the principal sees and acts on everything.
+    #[serde(default)]
+    pub operator: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -75,6 +94,15 @@ struct FileToml {
     worker: WorkerToml,
     #[serde(default)]
     retention: RetentionToml,
+    #[serde(default)]
+    api: ApiToml,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct ApiToml {
+    #[serde(default)]
+    tokens: Vec<ApiToken>,
 }
 
 #[derive(Deserialize, Default)]
@@ -115,6 +143,7 @@ struct RetentionToml {
     intents: Option<String>,
     finished_jobs: Option<String>,
     dead_jobs: Option<String>,
+    http_keys: Option<String>,
 }
 
 impl CliConfig {
@@ -183,6 +212,7 @@ impl CliConfig {
             source: None,
             worker,
             retention: retention(&file.retention)?,
+            api_tokens: file.api.tokens,
         })
     }
 
@@ -265,6 +295,7 @@ fn retention(r: &RetentionToml) -> anyhow::Result<Retention> {
         intents: duration("retention.intents", &r.intents, d.intents)?,
         finished_jobs: duration("retention.finished_jobs", &r.finished_jobs, d.finished_jobs)?,
         dead_jobs: duration("retention.dead_jobs", &r.dead_jobs, d.dead_jobs)?,
+        http_keys: duration("retention.http_keys", &r.http_keys, d.http_keys)?,
     })
 }
 

@@ -63,6 +63,7 @@ impl ListArgs {
             state,
             queue: self.filter.queue.clone(),
             kind: self.filter.kind.clone(),
+            principal: None,
             before_id: self.before,
             limit: self.limit,
         }

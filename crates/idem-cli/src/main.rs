@@ -23,6 +23,7 @@ mod output;
 mod queues;
 mod reconcile;
 mod scratch;
+mod serve;
 mod show;
 mod table;
 mod worker;
@@ -75,6 +76,12 @@ enum Command {
     Migrate(migrate::MigrateArgs),
     /// Enqueue one job: any kind (--kind, --args), or `idem enqueue http …`
     Enqueue(enqueue::EnqueueArgs),
+    /// Serve the HTTP API (and the built-in kinds' worker) until SIGTERM or SIGINT
+    ///
+    /// Tokens come from [[api.tokens]] in the config file and IDEM_API_TOKENS
+    /// (principal=token,…; IDEM_API_OPERATORS names the operator principals). --dev serves
+    /// without authentication, on loopback only.
+    Serve(serve::ServeArgs),
     /// Run the built-in job kinds (http) on the given queues until SIGTERM or SIGINT,
     /// reconciling their unknown calls every --reconcile-every
     Worker(worker::WorkerArgs),
@@ -145,6 +152,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Migrate(args) => migrate::run(&db(), args).await,
         Command::Enqueue(args) => enqueue::run(&db(), args).await,
         Command::Worker(args) => worker::run(&db(), args).await,
+        Command::Serve(args) => serve::run(&db(), args).await,
         Command::Intents(cmd) => intents::run(&db(), cmd).await,
         Command::Reconcile(args) => reconcile::run(&db(), args).await,
         Command::Jobs(cmd) => jobs::run(&db(), cmd).await,

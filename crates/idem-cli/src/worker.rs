@@ -37,18 +37,18 @@ const DEFAULT_CONCURRENCY: usize = 10;
 pub struct WorkerArgs {
     /// A queue to serve (repeat for several) [default: default]
     #[arg(long = "queue", value_name = "Q")]
-    queues: Vec<String>,
+    pub(crate) queues: Vec<String>,
     /// Jobs of each queue that run at once
     #[arg(long, default_value_t = DEFAULT_CONCURRENCY, value_name = "N")]
-    concurrency: usize,
+    pub(crate) concurrency: usize,
     /// Config file: retry ladders, lease, job timeout, retention (default: ./idem.toml if
     /// present; else the built-in defaults)
     #[arg(long, env = "IDEM_CONFIG", value_name = "FILE")]
-    config: Option<PathBuf>,
+    pub(crate) config: Option<PathBuf>,
     /// How often to reconcile the built-in kinds' unknown intents (and audit completed
     /// unkeyed calls), as `idem reconcile` does with its defaults; 0 disables
     #[arg(long, default_value = "1m", value_parser = reconcile::duration, value_name = "DUR")]
-    reconcile_every: Duration,
+    pub(crate) reconcile_every: Duration,
 }
 
 /// Registers the job kinds idem provides on `worker`: `http`, with the default
@@ -60,7 +60,7 @@ pub fn register_builtins(worker: &mut Worker) -> anyhow::Result<()> {
 
 /// The store settings of a worker: on PostgreSQL, a pool that serves every job at once
 /// plus the worker's own duties and one reconciliation pass (never below the default).
-fn connect_options(worker: &WorkerConfig) -> idem::ConnectOptions {
+pub(crate) fn connect_options(worker: &WorkerConfig) -> idem::ConnectOptions {
     let jobs: usize = worker.queues.values().sum();
     let wanted = u32::try_from(jobs)
         .unwrap_or(u32::MAX)
@@ -121,7 +121,7 @@ async fn serve(worker: Worker, every: Duration, started: &str) -> anyhow::Result
 
 /// The queues of the flags with their concurrency, checked as a worker checks them: a
 /// bad name or concurrency is the command line's fault (exit 2).
-fn queues(a: &WorkerArgs) -> anyhow::Result<BTreeMap<String, usize>> {
+pub(crate) fn queues(a: &WorkerArgs) -> anyhow::Result<BTreeMap<String, usize>> {
     let names = match a.queues.is_empty() {
         // The library's default queue.
         true => WorkerConfig::default().queues.into_keys().collect(),
@@ -138,7 +138,10 @@ fn queues(a: &WorkerArgs) -> anyhow::Result<BTreeMap<String, usize>> {
 
 /// The config file's settings with the flags' queues, checked as `Idem::worker` checks
 /// them (a refusal is a bad configuration, exit 5).
-fn settings(a: &WorkerArgs, queues: BTreeMap<String, usize>) -> anyhow::Result<CliConfig> {
+pub(crate) fn settings(
+    a: &WorkerArgs,
+    queues: BTreeMap<String, usize>,
+) -> anyhow::Result<CliConfig> {
     let mut config = CliConfig::load(a.config.as_deref()).or_exit(Exit::Config)?;
     config.worker.queues = queues;
     config.check().or_exit(Exit::Config)?;
@@ -147,7 +150,11 @@ fn settings(a: &WorkerArgs, queues: BTreeMap<String, usize>) -> anyhow::Result<C
 
 /// A pass every `every` (the first one `every` after the start) until `stop` is sent; a
 /// pass that changed something is printed, one that failed is reported on stderr.
-async fn reconcile_every(reconciler: Reconciler, every: Duration, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn reconcile_every(
+    reconciler: Reconciler,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     loop {
@@ -189,7 +196,7 @@ fn started(worker: &Worker, config: &CliConfig, url: &str, every: Duration) -> S
 }
 
 /// What a worker did, on one line.
-fn summary(r: &WorkerReport) -> String {
+pub(crate) fn summary(r: &WorkerReport) -> String {
     format!(
         "claimed {}, completed {}, retried {}, snoozed {}, dead {}, lease lost {}, panicked \
          {}, timed out {}, rescued {}",

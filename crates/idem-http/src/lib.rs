@@ -1,6 +1,17 @@
-//! Placeholder for idem's HTTP API, inbound Idempotency-Key layer, dashboard and metrics.
+//! idem over HTTP: the API of `idem serve`, its Idempotency-Key layer and principals.
 //!
-//! DESIGN.md sections 5 and 6 describe what will go here. There is no code yet: the crate
-//! has no dependencies and no other crate depends on it. It exists so that the workspace
-//! already has its final set of crates.
+//! - [`api`]: the routes of `idem serve` and the layers around them.
+//! - [`auth`]: bearer tokens, each naming a principal.
+//! - [`idempotency`]: the inbound Idempotency-Key `tower::Layer`, usable by any axum app.
+//! - [`principal`]: who a request acts for.
+//! - [`problem`]: errors as `application/problem+json` with a stable `type`.
 #![warn(missing_docs)]
+
+pub mod api;
+pub mod auth;
+pub mod idempotency;
+pub mod principal;
+pub mod problem;
+
+pub use principal::Principal;
+pub use problem::Problem;

@@ -261,6 +261,14 @@ impl Store for PgStore {
     async fn job_rescue(&self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
         ops::job::rescue(&self.pool, p).await
     }
+
+    async fn http_key_complete(&self, p: idem_store::HttpKeyComplete) -> StoreResult<bool> {
+        ops::http_key::complete(&self.pool, p).await
+    }
+
+    async fn http_key_release(&self, p: idem_store::HttpKeyRelease) -> StoreResult<bool> {
+        ops::http_key::release(&self.pool, p).await
+    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@
 //! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
 
 use idem_store::{
-    AttemptRow, EffectRecord, Inserted, IntentRow, JobRow, LeaseRenewal, LedgerEntry,
-    LedgerMismatch, QueueCount, QueueWaiting, StoreResult, Timestamp,
+    AttemptRow, EffectRecord, HttpKeyRow, HttpKeyState, Inserted, IntentRow, JobRow, LeaseRenewal,
+    LedgerEntry, LedgerMismatch, QueueCount, QueueWaiting, StoreResult, Timestamp,
 };
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -50,6 +50,22 @@ pub(crate) fn intent(row: &PgRow) -> StoreResult<IntentRow> {
         remote_refs: get::<sqlx::types::Json<Vec<String>>>(row, "remote_refs")?.0,
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
+    })
+}
+
+/// An `idem_http_key` row.
+pub(crate) fn http_key(row: &PgRow) -> StoreResult<HttpKeyRow> {
+    Ok(HttpKeyRow {
+        principal: get(row, "principal")?,
+        key: get(row, "key")?,
+        fingerprint: get(row, "fingerprint")?,
+        state: HttpKeyState::parse(&get::<String>(row, "state")?)?,
+        fence: get(row, "fence")?,
+        locked_until: get(row, "locked_until")?,
+        status: get(row, "status")?,
+        headers: get(row, "headers")?,
+        body: get(row, "body")?,
+        created_at: get(row, "created_at")?,
     })
 }
 
@@ -113,6 +129,7 @@ pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
         last_error: get(row, "last_error")?,
         snoozes: get(row, "snoozes")?,
         enqueue_key: get(row, "enqueue_key")?,
+        principal: get(row, "principal")?,
     })
 }
 

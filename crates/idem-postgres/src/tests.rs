@@ -98,6 +98,7 @@ fn new_job(queue: &str) -> NewJob {
         max_attempts: 3,
         enqueue_key: None,
         claim: None,
+        principal: None,
     }
 }
 
@@ -108,6 +109,7 @@ fn claim(queue: &str, limit: u32, now: Timestamp) -> JobClaim {
         lease_ms: 30_000,
         worker: "smoke-worker".into(),
         kinds: None,
+        principal: None,
         now: Some(now),
     }
 }
@@ -192,19 +194,23 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
         assert_eq!(done.len(), 500);
     }
     let explain = concat!("EXPLAIN ", include_str!("../queries/job/claim.sql"));
-    let plan: Vec<String> = sqlx::query_scalar(explain)
-        .bind("backlog")
-        .bind(500_i64)
-        .bind("w")
-        .bind(30_000_i64)
-        .bind(None::<Timestamp>)
-        .bind(Some(vec!["smoke".to_owned()]))
-        .fetch_all(&store.claims)
-        .await
-        .unwrap();
-    let plan = plan.join("\n");
-    assert!(plan.contains("Index Scan using idem_job_claim"), "{plan}");
-    assert!(!plan.contains("Bitmap") && !plan.contains("Sort"), "{plan}");
+    // Without and with a principal filter: the same walk of the claim index.
+    for principal in [None, Some("tenant-a")] {
+        let plan: Vec<String> = sqlx::query_scalar(explain)
+            .bind("backlog")
+            .bind(500_i64)
+            .bind("w")
+            .bind(30_000_i64)
+            .bind(None::<Timestamp>)
+            .bind(Some(vec!["smoke".to_owned()]))
+            .bind(principal)
+            .fetch_all(&store.claims)
+            .await
+            .unwrap();
+        let plan = plan.join("\n");
+        assert!(plan.contains("Index Scan using idem_job_claim"), "{plan}");
+        assert!(!plan.contains("Bitmap") && !plan.contains("Sort"), "{plan}");
+    }
     for (name, value) in CLAIM_PLANNER {
         let shown: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
             .fetch_one(&store.claims)

@@ -6,11 +6,12 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, IntentBegin,
-    IntentBegun, IntentFinish, IntentRenew, IntentResolve, IntentRow, JobCancel, JobClaim,
-    JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue,
-    JobRetry, JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue,
-    StoreResult, StoreTx,
+    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake,
+    HttpKeyComplete, HttpKeyRelease, HttpKeyReserve, HttpKeyReserved, IntentBegin, IntentBegun,
+    IntentFinish, IntentRenew, IntentResolve, IntentRow, JobCancel, JobClaim, JobComplete,
+    JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry,
+    JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreResult,
+    StoreTx,
 };
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -137,6 +138,18 @@ impl StoreTx for PgTx {
 
     async fn intent_resolve(&mut self, p: IntentResolve) -> StoreResult<IntentRow> {
         ops::intent::resolve(&mut self.tx, p).await
+    }
+
+    async fn http_key_reserve(&mut self, p: HttpKeyReserve) -> StoreResult<HttpKeyReserved> {
+        ops::http_key::reserve(&mut self.tx, p).await
+    }
+
+    async fn http_key_complete(&mut self, p: HttpKeyComplete) -> StoreResult<bool> {
+        ops::http_key::complete(&mut *self.tx, p).await
+    }
+
+    async fn http_key_release(&mut self, p: HttpKeyRelease) -> StoreResult<bool> {
+        ops::http_key::release(&mut *self.tx, p).await
     }
 
     async fn ledger_post(&mut self, p: LedgerPost) -> StoreResult<LedgerPosted> {

@@ -246,6 +246,21 @@ impl Store for SqliteStore {
         self.write(move |c| ops::intent::resolve(c, &p)).await
     }
 
+    async fn http_key_reserve(
+        &self,
+        p: idem_store::HttpKeyReserve,
+    ) -> StoreResult<idem_store::HttpKeyReserved> {
+        self.write(move |c| ops::http_key::reserve(c, &p)).await
+    }
+
+    async fn http_key_complete(&self, p: idem_store::HttpKeyComplete) -> StoreResult<bool> {
+        self.write(move |c| ops::http_key::complete(c, &p)).await
+    }
+
+    async fn http_key_release(&self, p: idem_store::HttpKeyRelease) -> StoreResult<bool> {
+        self.write(move |c| ops::http_key::release(c, &p)).await
+    }
+
     async fn ledger_verify(&self) -> StoreResult<Vec<idem_store::LedgerMismatch>> {
         self.readers.run(ops::ledger::verify).await
     }

@@ -2,7 +2,7 @@
 
 use chrono::TimeZone;
 use idem_store::{
-    AttemptRow, EffectRecord, Inserted, IntentRow, JobRow, LeaseRenewal, LedgerEntry,
+    AttemptRow, EffectRecord, HttpKeyRow, Inserted, IntentRow, JobRow, LeaseRenewal, LedgerEntry,
     LedgerMismatch, QueueCount, QueueWaiting, StoreError, StoreResult, Timestamp,
 };
 use rusqlite::Row;
@@ -61,6 +61,28 @@ pub(crate) fn intent(row: &Row<'_>) -> StoreResult<IntentRow> {
         created_at: ts(row, "created_at")?,
         updated_at: ts(row, "updated_at")?,
     })
+}
+
+/// An `idem_http_key` row.
+pub(crate) fn http_key(row: &Row<'_>) -> StoreResult<HttpKeyRow> {
+    let headers: Option<String> = get(row, "headers")?;
+    Ok(HttpKeyRow {
+        principal: get(row, "principal")?,
+        key: get(row, "key")?,
+        fingerprint: get(row, "fingerprint")?,
+        state: idem_store::HttpKeyState::parse(&get::<String>(row, "state")?)?,
+        fence: get(row, "fence")?,
+        locked_until: ts(row, "locked_until")?,
+        status: get(row, "status")?,
+        headers: headers.map(|h| json(&h, "headers")).transpose()?,
+        body: get(row, "body")?,
+        created_at: ts(row, "created_at")?,
+    })
+}
+
+/// A row of `http_key/get.sql`: the record and the clock it was judged by.
+pub(crate) fn http_key_held(row: &Row<'_>) -> StoreResult<(HttpKeyRow, Timestamp)> {
+    Ok((http_key(row)?, ts(row, "now")?))
 }
 
 /// A row of `ledger/get_entry.sql`.
@@ -128,6 +150,7 @@ pub(crate) fn job(row: &Row<'_>) -> StoreResult<JobRow> {
         last_error: get(row, "last_error")?,
         snoozes: get(row, "snoozes")?,
         enqueue_key: get(row, "enqueue_key")?,
+        principal: get(row, "principal")?,
     })
 }
 

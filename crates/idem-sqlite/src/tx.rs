@@ -12,11 +12,12 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, IntentBegin,
-    IntentBegun, IntentFinish, IntentRenew, IntentResolve, IntentRow, JobCancel, JobClaim,
-    JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue,
-    JobRetry, JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue,
-    StoreResult, StoreTx,
+    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake,
+    HttpKeyComplete, HttpKeyRelease, HttpKeyReserve, HttpKeyReserved, IntentBegin, IntentBegun,
+    IntentFinish, IntentRenew, IntentResolve, IntentRow, JobCancel, JobClaim, JobComplete,
+    JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry,
+    JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreResult,
+    StoreTx,
 };
 use rusqlite::Connection;
 use tokio::sync::OwnedMutexGuard;
@@ -218,6 +219,18 @@ impl StoreTx for SqliteTx {
 
     async fn intent_resolve(&mut self, p: IntentResolve) -> StoreResult<IntentRow> {
         self.run(move |c| ops::intent::resolve(c, &p)).await
+    }
+
+    async fn http_key_reserve(&mut self, p: HttpKeyReserve) -> StoreResult<HttpKeyReserved> {
+        self.run(move |c| ops::http_key::reserve(c, &p)).await
+    }
+
+    async fn http_key_complete(&mut self, p: HttpKeyComplete) -> StoreResult<bool> {
+        self.run(move |c| ops::http_key::complete(c, &p)).await
+    }
+
+    async fn http_key_release(&mut self, p: HttpKeyRelease) -> StoreResult<bool> {
+        self.run(move |c| ops::http_key::release(c, &p)).await
     }
 
     async fn ledger_post(&mut self, p: LedgerPost) -> StoreResult<LedgerPosted> {

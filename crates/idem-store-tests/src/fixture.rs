@@ -47,6 +47,7 @@ pub fn job(kind: &str) -> NewJob {
         max_attempts: MAX_ATTEMPTS,
         enqueue_key: None,
         claim: None,
+        principal: None,
     }
 }
 
@@ -84,6 +85,7 @@ pub fn claim_params(queue: &str, limit: u32, now: Timestamp) -> JobClaim {
         lease_ms: LEASE_MS,
         worker: WORKER.to_owned(),
         kinds: None,
+        principal: None,
         now: Some(now),
     }
 }

@@ -3,9 +3,9 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    counter::*, effect::*, enqueue_key::*, intent::*, intent_attack::*, intent_race::*,
-    job_cancel::*, job_claim::*, job_dead::*, job_finish::*, job_insert::*, job_lease::*,
-    job_read::*, job_rescue::*, ledger::*, migrate::*, purge::*, tx::*,
+    counter::*, effect::*, enqueue_key::*, http_key::*, intent::*, intent_attack::*,
+    intent_race::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*, job_insert::*,
+    job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, principal::*, purge::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -183,6 +183,29 @@ idem_store_tests::store_cases!(
     intent_purge_spares_the_intent_of_a_job_that_took_it_meanwhile,
     intent_begin_waits_for_a_cancel_and_is_refused,
     intent_resolve_racing_another_resolution_is_refused,
+    // http_key
+    http_key_first_reserve_gets_fence_one,
+    http_key_reserve_while_in_progress_is_held,
+    http_key_complete_stores_the_response_byte_for_byte,
+    http_key_complete_with_a_stale_fence_changes_nothing,
+    http_key_release_then_another_fingerprint_takes_it_with_fence_two,
+    http_key_lapsed_reservation_is_taken_over_only_with_the_same_fingerprint,
+    http_key_completed_row_past_retention_is_taken_over,
+    http_key_old_fence_writes_nothing_after_a_takeover,
+    http_key_principals_are_independent,
+    http_key_purge_goes_by_created_at_only,
+    http_key_reserve_concurrently_gives_the_key_once,
+    http_key_reserve_waits_for_an_uncommitted_reservation,
+    http_key_reserve_takes_a_key_whose_reservation_rolled_back,
+    http_key_reserve_waits_for_a_release_and_takes_the_key,
+    http_key_takeover_waits_for_the_holders_completion,
+    http_key_complete_waits_for_a_takeover_and_writes_nothing,
+    http_key_purge_spares_a_key_reserved_anew_meanwhile,
+    // principal
+    principal_insert_keeps_the_principal,
+    principal_list_filters_by_principal,
+    principal_claim_takes_only_that_principals_jobs,
+    principal_intent_list_by_principal,
 );
 
 idem_store_tests::postgres_cases!(

@@ -72,6 +72,7 @@ async fn a_verified_tls_connection_runs_the_job_lifecycle() {
         max_attempts: 3,
         enqueue_key: None,
         claim: None,
+        principal: None,
     };
     let inserted = store
         .job_insert(JobInsert {
@@ -86,6 +87,7 @@ async fn a_verified_tls_connection_runs_the_job_lifecycle() {
         lease_ms: 30_000,
         worker: "tls-worker".into(),
         kinds: None,
+        principal: None,
         now: None,
     };
     let claimed = store.job_claim(claim).await.expect("claim").remove(0);

@@ -354,6 +354,8 @@ pub struct IntentList {
     pub created_since: Option<Timestamp>,
     /// Only the intents of this job.
     pub job_id: Option<i64>,
+    /// Only the intents whose job (still in the store) was enqueued by this principal.
+    pub principal: Option<String>,
     /// Keys after this one (keyset paging).
     pub after: Option<String>,
     /// At most this many.

@@ -127,6 +127,10 @@ pub struct JobRow {
     /// The enqueue key the job was enqueued with, kept for its whole life (its row in
     /// `idem_enqueue_key` may lapse or pass to a later job).
     pub enqueue_key: Option<String>,
+    /// The HTTP API principal that enqueued the job; `None` for jobs enqueued through the
+    /// library or the CLI. A principal other than an operator sees and acts on its own
+    /// jobs only.
+    pub principal: Option<String>,
 }
 
 impl JobRow {
@@ -166,6 +170,9 @@ pub struct NewJob {
     /// (`run_at: None`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim: Option<InsertClaim>,
+    /// The HTTP API principal enqueuing the job (see [`JobRow::principal`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal: Option<String>,
 }
 
 /// The claim a job is inserted with (see [`NewJob::claim`]).
@@ -221,6 +228,7 @@ impl JobInsert {
                     last_error: None,
                     snoozes: 0,
                     enqueue_key: j.enqueue_key,
+                    principal: j.principal,
                 }
             })
             .collect())
@@ -298,6 +306,8 @@ pub struct JobClaim {
     /// Only jobs of these kinds (the kinds the worker has handlers for); `None` = any
     /// kind. A job of a kind no claim asks for waits, and spends no attempt.
     pub kinds: Option<Vec<String>>,
+    /// Only jobs enqueued by this principal; `None` = any job.
+    pub principal: Option<String>,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
 }
@@ -427,6 +437,8 @@ pub struct JobList {
     pub queue: Option<String>,
     /// Only this kind.
     pub kind: Option<String>,
+    /// Only jobs enqueued by this principal.
+    pub principal: Option<String>,
     /// Only ids below this one (the last id of the previous page).
     pub before_id: Option<i64>,
     /// At most this many rows.

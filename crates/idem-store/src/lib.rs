@@ -19,6 +19,7 @@ mod counter;
 mod effect;
 pub mod enqueue;
 mod error;
+pub mod http_key;
 pub mod intent;
 mod job;
 mod ledger;
@@ -31,6 +32,9 @@ mod value;
 pub use counter::{CounterAssigned, CounterNext};
 pub use effect::{EffectClaim, EffectClaimed, EffectRecord};
 pub use error::{StoreError, StoreResult};
+pub use http_key::{
+    HttpKeyComplete, HttpKeyRelease, HttpKeyReserve, HttpKeyReserved, HttpKeyRow, HttpKeyState,
+};
 pub use intent::{
     IntentBegin, IntentBegun, IntentFinish, IntentList, IntentOutcome, IntentRenew,
     IntentResolution, IntentResolve, IntentRow, IntentState, IntentToken,

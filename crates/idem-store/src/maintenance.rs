@@ -49,16 +49,20 @@ pub enum PurgeTarget {
     /// they still hold. A job whose intent is in progress, unknown or manual is kept:
     /// reconciliation needs it.
     DeadJobs,
+    /// Inbound Idempotency-Key records (`idem_http_key`) created before the cutoff,
+    /// whatever their state: a reservation lives no longer than its request.
+    HttpKeys,
 }
 
 impl PurgeTarget {
     /// Every target, in the order a purge runs them.
-    pub const ALL: [PurgeTarget; 5] = [
+    pub const ALL: [PurgeTarget; 6] = [
         PurgeTarget::EnqueueKeys,
         PurgeTarget::EffectKeys,
         PurgeTarget::Intents,
         PurgeTarget::FinishedJobs,
         PurgeTarget::DeadJobs,
+        PurgeTarget::HttpKeys,
     ];
 
     /// The name used in reports and on the command line.
@@ -69,6 +73,7 @@ impl PurgeTarget {
             PurgeTarget::Intents => "intents",
             PurgeTarget::FinishedJobs => "finished-jobs",
             PurgeTarget::DeadJobs => "dead-jobs",
+            PurgeTarget::HttpKeys => "http-keys",
         }
     }
 }

@@ -210,6 +210,24 @@ pub trait Store: Send + Sync + 'static {
     async fn job_cancel(&self, params: JobCancel) -> StoreResult<JobRow> {
         in_tx!(self, job_cancel, params)
     }
+
+    /// [`StoreTx::http_key_reserve`] in its own transaction.
+    async fn http_key_reserve(
+        &self,
+        params: crate::HttpKeyReserve,
+    ) -> StoreResult<crate::HttpKeyReserved> {
+        in_tx!(self, http_key_reserve, params)
+    }
+
+    /// [`StoreTx::http_key_complete`] in its own transaction.
+    async fn http_key_complete(&self, params: crate::HttpKeyComplete) -> StoreResult<bool> {
+        in_tx!(self, http_key_complete, params)
+    }
+
+    /// [`StoreTx::http_key_release`] in its own transaction.
+    async fn http_key_release(&self, params: crate::HttpKeyRelease) -> StoreResult<bool> {
+        in_tx!(self, http_key_release, params)
+    }
 }
 
 /// A subscription to announcements of waiting jobs from other processes.
@@ -363,6 +381,24 @@ pub trait StoreTx: Send {
         &mut self,
         params: crate::IntentResolve,
     ) -> StoreResult<crate::IntentRow>;
+
+    /// Reserves an Idempotency-Key for a request in one conditional write on
+    /// `(principal, key)` (see [`crate::HttpKeyReserved`]): inserts it, or takes (fence + 1)
+    /// a row that is `released`, older than `retention_ms`, or `in_progress` with its lock
+    /// expired before `now` and the same fingerprint; otherwise returns the row as it is.
+    async fn http_key_reserve(
+        &mut self,
+        params: crate::HttpKeyReserve,
+    ) -> StoreResult<crate::HttpKeyReserved>;
+
+    /// Stores the response of the request holding the key at `params.fence` and marks it
+    /// `completed`. `false`, changing nothing, when the row is no longer `in_progress` at
+    /// that fence.
+    async fn http_key_complete(&mut self, params: crate::HttpKeyComplete) -> StoreResult<bool>;
+
+    /// Marks the key `released` when it is `in_progress` at `params.fence`; `false`,
+    /// changing nothing, otherwise.
+    async fn http_key_release(&mut self, params: crate::HttpKeyRelease) -> StoreResult<bool>;
 
     /// Sets the running total of each listed account to the sum of its entries.
     async fn ledger_rebuild(&mut self, accounts: Vec<crate::LedgerMismatch>) -> StoreResult<()>;

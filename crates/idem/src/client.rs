@@ -211,7 +211,7 @@ impl Idem {
     }
 
     /// Now on the client's clock, else the database's.
-    pub(crate) async fn now(&self) -> Result<Timestamp, IdemError> {
+    pub async fn now(&self) -> Result<Timestamp, IdemError> {
         match self.clock.now() {
             Some(t) => Ok(t),
             None => Ok(self.store.now().await?),
@@ -222,6 +222,11 @@ impl Idem {
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Idem {
         self.clock = clock;
         self
+    }
+
+    /// The clock this client passes to the store (`None` = the database clock).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The store underneath.

@@ -34,6 +34,9 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(3 * 86_400);
 /// Default retention of dead jobs: 7 days, so operators have a week to inspect them.
 pub const DEFAULT_DEAD_RETENTION: Duration = Duration::from_secs(7 * 86_400);
 
+/// How long an Idempotency-Key's answer replays by default: 24 hours.
+pub const DEFAULT_HTTP_KEY_RETENTION: Duration = Duration::from_secs(86_400);
+
 /// How much longer than the retry horizon a deduplication window must be: 1 hour.
 /// It absorbs clock skew between workers and the database and purges running late.
 pub const HORIZON_MARGIN: Duration = Duration::from_secs(3600);
@@ -51,6 +54,9 @@ pub struct Retention {
     pub finished_jobs: Duration,
     /// Dead jobs, counted from their `finalized_at`.
     pub dead_jobs: Duration,
+    /// Inbound Idempotency-Key records (`idem_http_key`), counted from their
+    /// `created_at`: how long an HTTP answer replays.
+    pub http_keys: Duration,
 }
 
 impl Default for Retention {
@@ -61,6 +67,7 @@ impl Default for Retention {
             intents: DEFAULT_RETENTION,
             finished_jobs: DEFAULT_RETENTION,
             dead_jobs: DEFAULT_DEAD_RETENTION,
+            http_keys: DEFAULT_HTTP_KEY_RETENTION,
         }
     }
 }

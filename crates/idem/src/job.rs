@@ -20,6 +20,7 @@ pub struct Job {
     run_at: Option<Timestamp>,
     max_attempts: i32,
     enqueue_key: Option<String>,
+    principal: Option<String>,
 }
 
 impl Job {
@@ -33,6 +34,7 @@ impl Job {
             run_at: None,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             enqueue_key: None,
+            principal: None,
         }
     }
 
@@ -69,6 +71,13 @@ impl Job {
         self
     }
 
+    /// Records the HTTP API principal enqueuing the job: only that principal (and
+    /// operators) sees it and acts on it through the API.
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
+        self
+    }
+
     /// The kind.
     pub fn kind(&self) -> &str {
         &self.kind
@@ -101,6 +110,7 @@ impl Job {
         self.validate()?;
         Ok(NewJob {
             enqueue_key: self.enqueue_key,
+            principal: self.principal,
             claim: None,
             kind: self.kind,
             queue: self.queue,

@@ -82,8 +82,11 @@ pub use idem_store::{
     Store, StoreError, StoreTx, Timestamp,
 };
 pub use intent::{Intent, IntentGuard, IntentPolicy};
-pub use job::Job;
+pub use job::{DEFAULT_QUEUE, Job};
 pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter, RetryRefused};
 pub use metrics::MetricsSnapshot;
 pub use transition::{Guard, Transition};
-pub use worker::{WORKER_CONNECTIONS, Worker, WorkerConfig, WorkerHandle, WorkerReport};
+pub use worker::{
+    MAX_CLAIM, MIN_LEASE_MS, ProtocolClaim, WORKER_CONNECTIONS, Worker, WorkerConfig, WorkerHandle,
+    WorkerProtocol, WorkerReport,
+};

@@ -395,6 +395,7 @@ async fn the_purger_deletes_only_what_is_past_retention(db: &TestDb) {
             intents: window,
             finished_jobs: window,
             dead_jobs: window,
+            http_keys: window,
         })
         .unwrap();
     let effect_job = |k: &str| Job::new(EFFECT_KIND, serde_json::json!({})).enqueue_key(k);

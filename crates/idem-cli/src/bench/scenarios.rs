@@ -46,6 +46,7 @@ fn new_job(queue: &str, i: usize) -> NewJob {
         max_attempts: 1,
         enqueue_key: None,
         claim: None,
+        principal: None,
     }
 }
 
@@ -237,6 +238,7 @@ fn claim(queue: &str, limit: usize) -> JobClaim {
         lease_ms: LEASE_MS,
         worker: "bench-ceiling".to_owned(),
         kinds: None,
+        principal: None,
         now: None,
     }
 }

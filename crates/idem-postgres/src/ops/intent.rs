@@ -141,6 +141,7 @@ where
         .bind(p.job_id)
         .bind(p.after.clone())
         .bind(i64::from(p.limit))
+        .bind(p.principal.clone())
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;

@@ -45,6 +45,7 @@ where
         .bind(p.kind)
         .bind(p.before_id)
         .bind(i64::from(p.limit))
+        .bind(p.principal)
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
@@ -90,6 +91,11 @@ where
                 .map(|j| j.enqueue_key.as_deref())
                 .collect::<Vec<_>>(),
         )
+        .bind(
+            jobs.iter()
+                .map(|j| j.principal.as_deref())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
@@ -108,6 +114,7 @@ where
         .bind(p.lease_ms)
         .bind(p.now)
         .bind(p.kinds)
+        .bind(p.principal)
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;

@@ -14,6 +14,7 @@ pub(crate) mod clock;
 pub(crate) mod counter;
 pub(crate) mod effect;
 pub(crate) mod enqueue_key;
+pub(crate) mod http_key;
 pub(crate) mod intent;
 pub(crate) mod job;
 pub(crate) mod job_attempt;

@@ -2,7 +2,8 @@
 -- attempt + 1, fence + 1, leased to worker ?3 for ?4 ms from now (?5 ms, NULL = database
 -- clock). Only jobs of the kinds in ?6 (JSON array; NULL = any kind): a worker claims
 -- only what it has handlers for, so a job of a kind no worker knows waits and spends no
--- attempt.
+-- attempt. Only jobs enqueued by principal ?7 (NULL = any job, at the cost of one test
+-- of a bound parameter per candidate).
 -- SQLite dialect: the single writer (BEGIN IMMEDIATE) serialises claims, so no SKIP LOCKED;
 -- the outer state predicate mirrors PostgreSQL's.
 UPDATE idem_job
@@ -18,6 +19,7 @@ WHERE id IN (
       AND state IN ('available', 'scheduled', 'retryable')
       AND run_at <= coalesce(?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
       AND (?6 IS NULL OR kind IN (SELECT value FROM json_each(?6)))
+      AND (?7 IS NULL OR principal = ?7)
     ORDER BY priority, run_at, id
     LIMIT ?2
 )

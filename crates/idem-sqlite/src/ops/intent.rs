@@ -110,7 +110,8 @@ pub(crate) fn list(c: &Connection, p: &IntentList) -> StoreResult<Vec<IntentRow>
         p.created_since.map(ts_to_ms),
         p.job_id,
         p.after,
-        i64::from(p.limit)
+        i64::from(p.limit),
+        p.principal
     ];
     rows(c, sql, args, row::intent)
 }

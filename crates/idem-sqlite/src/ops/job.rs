@@ -31,13 +31,20 @@ pub(crate) fn get(c: &Connection, id: i64) -> StoreResult<Option<JobRow>> {
 pub(crate) fn list(c: &Connection, p: &JobList) -> StoreResult<Vec<JobRow>> {
     let sql = include_str!("../../queries/job/list.sql");
     let state = p.state.map(|s| s.as_str());
-    let args = params![state, p.queue, p.kind, p.before_id, i64::from(p.limit)];
+    let args = params![
+        state,
+        p.queue,
+        p.kind,
+        p.before_id,
+        i64::from(p.limit),
+        p.principal
+    ];
     rows(c, sql, args, row::job)
 }
 
 /// The batch as the one JSON array `job/insert.sql` unpacks: `{kind, queue, args,
 /// priority, run_at (ms), max_attempts}`, plus `claim_worker` and `lease_ms` for a job
-/// inserted claimed.
+/// inserted claimed, and its `enqueue_key` and `principal` when it has them.
 fn insert_json(p: &JobInsert) -> StoreResult<String> {
     #[derive(serde::Serialize)]
     struct Item<'a> {
@@ -53,6 +60,8 @@ fn insert_json(p: &JobInsert) -> StoreResult<String> {
         lease_ms: Option<i64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         enqueue_key: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        principal: Option<&'a str>,
     }
     let items: Vec<Item<'_>> = p
         .jobs
@@ -67,6 +76,7 @@ fn insert_json(p: &JobInsert) -> StoreResult<String> {
             claim_worker: j.claim.as_ref().map(|c| c.worker.as_str()),
             lease_ms: j.claim.as_ref().map(|c| c.lease_ms),
             enqueue_key: j.enqueue_key.as_deref(),
+            principal: j.principal.as_deref(),
         })
         .collect();
     json_list(&items)
@@ -92,7 +102,8 @@ pub(crate) fn claim(c: &Connection, p: &JobClaim) -> StoreResult<Vec<JobRow>> {
         p.worker,
         p.lease_ms,
         now,
-        kinds
+        kinds,
+        p.principal
     ];
     Ok(sorted(rows(c, sql, args, row::job)?))
 }

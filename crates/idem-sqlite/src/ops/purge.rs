@@ -1,5 +1,5 @@
-//! Purges (`queries/purge/`): one bounded batch of dedup records or finished jobs older
-//! than a time, oldest first, and the count of what is left to purge. A purged job takes
+//! Purges (`queries/purge/`): one bounded batch of dedup records (enqueue keys, effect
+//! keys, intents, Idempotency-Key records) or finished jobs older than a time, oldest first, and the count of what is left to purge. A purged job takes
 //! its attempt history and enqueue key with it.
 
 use idem_store::{Purge, PurgeTarget, StoreResult};
@@ -32,6 +32,7 @@ pub(crate) fn delete(c: &Connection, p: &Purge) -> StoreResult<u64> {
         PurgeTarget::EnqueueKeys => keys(include_str!("../../queries/purge/enqueue_keys.sql")),
         PurgeTarget::EffectKeys => keys(include_str!("../../queries/purge/effect_keys.sql")),
         PurgeTarget::Intents => keys(include_str!("../../queries/purge/intents.sql")),
+        PurgeTarget::HttpKeys => keys(include_str!("../../queries/purge/http_keys.sql")),
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
             let sql = include_str!("../../queries/purge/jobs.sql");
             let args = params![before, limit, purged_states(p.target)];
@@ -58,6 +59,10 @@ pub(crate) fn count(c: &Connection, target: PurgeTarget, before: i64) -> StoreRe
         ),
         PurgeTarget::Intents => count(
             include_str!("../../queries/purge/count_intents.sql"),
+            &[&before],
+        ),
+        PurgeTarget::HttpKeys => count(
+            include_str!("../../queries/purge/count_http_keys.sql"),
             &[&before],
         ),
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => count(

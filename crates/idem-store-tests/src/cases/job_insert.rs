@@ -37,6 +37,7 @@ pub async fn insert_one_stores_the_defaults(db: &TestDb) {
         last_error: None,
         snoozes: 0,
         enqueue_key: None,
+        principal: None,
     };
     assert_eq!(row, expected);
     assert_eq!(get(db, row.id).await, expected, "job_get after insert");

@@ -9,6 +9,7 @@
 pub mod counter;
 pub mod effect;
 pub mod enqueue_key;
+pub mod http_key;
 pub mod intent;
 pub mod intent_attack;
 pub mod intent_race;
@@ -22,5 +23,6 @@ pub mod job_read;
 pub mod job_rescue;
 pub mod ledger;
 pub mod migrate;
+pub mod principal;
 pub mod purge;
 pub mod tx;

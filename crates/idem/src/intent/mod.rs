@@ -116,7 +116,7 @@ pub fn fingerprint(request: &impl Serialize) -> Result<String, IdemError> {
 }
 
 /// SHA-256 of `bytes`, in lowercase hex.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+pub fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))

@@ -214,6 +214,7 @@ impl Idem {
                     state: Some(JobState::Dead),
                     queue: filter.queue.clone(),
                     kind: filter.kind.clone(),
+                    principal: None,
                     before_id,
                     limit: BULK_PAGE,
                 })

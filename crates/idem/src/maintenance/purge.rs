@@ -27,6 +27,7 @@ impl Idem {
             PurgeTarget::Intents => r.intents,
             PurgeTarget::FinishedJobs => r.finished_jobs,
             PurgeTarget::DeadJobs => r.dead_jobs,
+            PurgeTarget::HttpKeys => r.http_keys,
         };
         let window = chrono::Duration::from_std(window).map_err(|_| {
             IdemError::Config(format!("the {target} retention is too long to compute"))

@@ -99,6 +99,7 @@ async fn claim(shared: &Arc<Shared>, queue: &str, permits: Vec<OwnedSemaphorePer
         lease_ms: shared.lease_ms(),
         worker: shared.name.clone(),
         kinds: Some(shared.kinds.clone()),
+        principal: None,
         now: shared.idem.clock.now(),
     };
     let jobs = match shared.idem.store.job_claim(params).await {

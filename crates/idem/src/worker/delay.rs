@@ -162,6 +162,7 @@ mod tests {
             last_error: None,
             snoozes,
             enqueue_key: None,
+            principal: None,
         }
     }
 

@@ -16,10 +16,11 @@ use idem_store::{JobFail, JobRow, StoreError, StoreResult};
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::Shared;
 use super::delay::next_run;
 use super::report::Stats;
 use super::shared::Held;
+use super::{Shared, WorkerConfig};
+use crate::Idem;
 use crate::context::{JobContext, LeaseSignal};
 use crate::error::{JobError, JobErrorKind};
 
@@ -105,14 +106,9 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
             Err(e) => Err(e),
         },
         Err(e) if e.kind == JobErrorKind::LeaseLost => Ok(Finished::LeaseLost),
-        Err(mut e) => {
-            let awaits = e.awaits.take();
-            let failed = fail(shared, job, e).await;
-            if let (Ok(Finished::Dead), Some(key)) = (&failed, awaits) {
-                settled_meanwhile(shared, job, &key).await;
-            }
-            failed
-        }
+        Err(e) => record_failure(&shared.idem, &shared.config, job, e)
+            .await
+            .map(|(_, finished)| finished),
     };
     let stats = &shared.stats;
     match result {
@@ -138,8 +134,7 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
 /// operator settled it in the meantime, they found the job still running and left it, so
 /// it is put back to run here. (Each side writes, then reads the other's record: one of
 /// them sees both.)
-async fn settled_meanwhile(shared: &Shared, job: &JobRow, key: &str) {
-    let idem = &shared.idem;
+async fn settled_meanwhile(idem: &Idem, job: &JobRow, key: &str) {
     let still_waiting = match idem.intent(key).await {
         Ok(Some(row)) => crate::intent::OPERATOR_FROM.contains(&row.state),
         Ok(None) => false,
@@ -164,7 +159,7 @@ async fn settled_meanwhile(shared: &Shared, job: &JobRow, key: &str) {
 }
 
 /// How an attempt ended, as recorded.
-enum Finished {
+pub(crate) enum Finished {
     Completed,
     Retried,
     Snoozed,
@@ -172,12 +167,19 @@ enum Finished {
     LeaseLost,
 }
 
-/// Records a failed (or snoozed) attempt: retried after the error's delay (clamped) or
-/// the ladder's, snoozed, or `dead` when the error is permanent or attempts are used up
-/// (see `delay.rs`).
-async fn fail(shared: &Shared, job: &JobRow, e: JobError) -> StoreResult<Finished> {
+/// Records a failed (or snoozed) attempt of `job`'s claim: retried after the error's delay
+/// (clamped) or the ladder's, snoozed, or `dead` when the error is permanent or attempts
+/// are used up (see `delay.rs`). A job written dead while it awaits an intent that was
+/// settled meanwhile is put back to run. Returns the row as written.
+pub(crate) async fn record_failure(
+    idem: &Idem,
+    config: &WorkerConfig,
+    job: &JobRow,
+    mut e: JobError,
+) -> StoreResult<(JobRow, Finished)> {
+    let awaits = e.awaits.take();
     let unit: f64 = rand::rng().random();
-    let next = next_run(&shared.config, job, e, unit);
+    let next = next_run(config, job, e, unit);
     let snooze = next.snooze;
     tracing::debug!(job_id = job.id, attempt = job.attempt, error = %next.message, snooze, "attempt ended without completing");
     let params = JobFail {
@@ -185,17 +187,22 @@ async fn fail(shared: &Shared, job: &JobRow, e: JobError) -> StoreResult<Finishe
         error: next.message,
         retry_in_ms: next.retry_in.map(crate::client::millis),
         snooze,
-        now: shared.idem.clock.now(),
+        now: idem.clock.now(),
     };
-    write_retrying(|| async {
-        let row = shared.idem.store.job_fail(params.clone()).await?;
-        Ok(match row.state {
+    let written = write_retrying(|| async {
+        let row = idem.store.job_fail(params.clone()).await?;
+        let finished = match row.state {
             idem_store::JobState::Dead => Finished::Dead,
             _ if snooze => Finished::Snoozed,
             _ => Finished::Retried,
-        })
+        };
+        Ok((row, finished))
     })
-    .await
+    .await;
+    if let (Ok((_, Finished::Dead)), Some(key)) = (&written, awaits) {
+        settled_meanwhile(idem, job, &key).await;
+    }
+    written
 }
 
 /// Retries a final write a few times while the store says retrying can help.

@@ -1,0 +1,79 @@
+//! Extractors whose rejections are problems: a malformed body, query or path is answered
+//! with `application/problem+json` naming what was wrong, and is never stored under an
+//! Idempotency-Key.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::Response;
+use serde::de::DeserializeOwned;
+
+use crate::problem::Problem;
+
+/// A JSON body.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(e) => Err(json_rejection(e).rejection()),
+        }
+    }
+}
+
+fn json_rejection(e: JsonRejection) -> Problem {
+    let status = e.status();
+    let name = match &e {
+        JsonRejection::MissingJsonContentType(_) => "content_type",
+        JsonRejection::JsonSyntaxError(_) => "json_syntax",
+        JsonRejection::JsonDataError(_) => "invalid_request",
+        _ if status == StatusCode::PAYLOAD_TOO_LARGE => "body_too_large",
+        _ => "body_unreadable",
+    };
+    let status = if status == StatusCode::BAD_REQUEST || status.is_client_error() {
+        status
+    } else {
+        StatusCode::BAD_REQUEST
+    };
+    Problem::new(status, name, e.body_text())
+}
+
+/// A query string.
+pub struct ApiQuery<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(e) => Err(query_rejection(e).rejection()),
+        }
+    }
+}
+
+fn query_rejection(e: QueryRejection) -> Problem {
+    Problem::new(StatusCode::BAD_REQUEST, "invalid_query", e.body_text())
+}
+
+/// Path parameters.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Response> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
+            Err(e) => Err(path_rejection(e).rejection()),
+        }
+    }
+}
+
+fn path_rejection(e: PathRejection) -> Problem {
+    Problem::new(StatusCode::BAD_REQUEST, "invalid_path", e.body_text())
+}

@@ -1,0 +1,3 @@
+-- How many Idempotency-Key records purge/http_keys.sql would delete with cutoff ?1 (ms):
+-- those created before it.
+SELECT count(*) FROM idem_http_key WHERE created_at < ?1
