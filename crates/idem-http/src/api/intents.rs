@@ -255,7 +255,7 @@ pub struct ReleaseIntentRequest {
 }
 
 /// Record that the call was applied.
-#[utoipa::path(post, path = "/v1/intents/{key}/complete", tag = "intents",
+#[utoipa::path(post, path = "/v1/intents/{key}/complete", tag = "intents", operation_id = "complete_intent",
     params(("key" = String, Path)), request_body = CompleteIntentRequest,
     responses((status = 200, body = IntentView),
         (status = 409, description = "intent_lost", body = Problem, content_type = "application/problem+json")),
@@ -274,7 +274,7 @@ pub async fn complete(
 }
 
 /// Record that the remote refused the call for good (not applied).
-#[utoipa::path(post, path = "/v1/intents/{key}/fail", tag = "intents",
+#[utoipa::path(post, path = "/v1/intents/{key}/fail", tag = "intents", operation_id = "fail_intent",
     params(("key" = String, Path)), request_body = ErrorIntentRequest,
     responses((status = 200, body = IntentView),
         (status = 409, description = "intent_lost", body = Problem, content_type = "application/problem+json")),
@@ -358,6 +358,7 @@ async fn finish(
 
 /// Filters and paging of an intent listing.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct IntentQuery {
     /// Only this state (e.g. `unknown`: the reconciliation queue).
@@ -378,7 +379,7 @@ pub struct IntentPage {
 }
 
 /// Intents (the reconciliation queue with `state=unknown`).
-#[utoipa::path(get, path = "/v1/intents", tag = "intents", params(IntentQuery),
+#[utoipa::path(get, path = "/v1/intents", tag = "intents", operation_id = "list_intents", params(IntentQuery),
     responses((status = 200, body = IntentPage)), security(("bearer" = [])))]
 pub async fn list(
     State(state): State<ApiState>,
@@ -421,7 +422,7 @@ pub async fn list(
 }
 
 /// One intent.
-#[utoipa::path(get, path = "/v1/intents/{key}", tag = "intents",
+#[utoipa::path(get, path = "/v1/intents/{key}", tag = "intents", operation_id = "get_intent",
     params(("key" = String, Path)),
     responses((status = 200, body = IntentView),
         (status = 404, body = Problem, content_type = "application/problem+json")),

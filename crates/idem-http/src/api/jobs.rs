@@ -108,7 +108,7 @@ pub(super) async fn visible_job(
 }
 
 /// One job.
-#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs",
+#[utoipa::path(get, path = "/v1/jobs/{id}", tag = "jobs", operation_id = "get_job",
     params(("id" = i64, Path, description = "job id")),
     responses((status = 200, body = JobView),
         (status = 404, body = Problem, content_type = "application/problem+json")),
@@ -126,6 +126,7 @@ pub async fn get(
 
 /// Filters and paging of a job listing.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Only this state.
@@ -141,7 +142,7 @@ pub struct ListQuery {
 }
 
 /// Jobs, newest first.
-#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", params(ListQuery),
+#[utoipa::path(get, path = "/v1/jobs", tag = "jobs", operation_id = "list_jobs", params(ListQuery),
     responses((status = 200, body = JobPage),
         (status = 422, body = Problem, content_type = "application/problem+json")),
     security(("bearer" = [])))]
@@ -192,6 +193,7 @@ pub async fn list(
 
 /// How to retry.
 #[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RetryQuery {
     /// Retry even when a new retry horizon could outlive the job's effect keys

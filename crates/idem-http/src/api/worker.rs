@@ -145,7 +145,7 @@ pub struct CompleteRequest {
 }
 
 /// Complete a claimed job.
-#[utoipa::path(post, path = "/v1/jobs/{id}/complete", tag = "worker",
+#[utoipa::path(post, path = "/v1/jobs/{id}/complete", tag = "worker", operation_id = "complete_job",
     params(("id" = i64, Path, description = "job id")), request_body = CompleteRequest,
     responses((status = 200, body = JobView),
         (status = 409, description = "lease_lost", body = Problem, content_type = "application/problem+json")),
@@ -200,7 +200,7 @@ pub enum FailOutcome {
 }
 
 /// Record a failed attempt.
-#[utoipa::path(post, path = "/v1/jobs/{id}/fail", tag = "worker",
+#[utoipa::path(post, path = "/v1/jobs/{id}/fail", tag = "worker", operation_id = "fail_job",
     params(("id" = i64, Path, description = "job id")), request_body = FailRequest,
     responses((status = 200, body = JobView),
         (status = 409, description = "lease_lost", body = Problem, content_type = "application/problem+json")),
