@@ -39,7 +39,8 @@ pub struct ServeArgs {
     /// Unauthenticated local use: every request is the operator `dev`; loopback only
     #[arg(long)]
     dev: bool,
-    /// Serve the API only: run no worker for the built-in kinds
+    /// Serve the API only: run no worker for the built-in kinds (the rescuer and purger
+    /// still run)
     #[arg(long)]
     no_workers: bool,
     /// Requests handled at once; more are answered 503
@@ -84,12 +85,22 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_retention(config.retention)?
         .with_horizon(config.horizon());
     let protocol = WorkerProtocol::new(idem.clone(), config.worker.clone())?;
+    // Without a worker here, the API's own claims still need a rescuer (and a purger).
+    let maintenance = a
+        .no_workers
+        .then(|| protocol.start_maintenance("idem-serve"));
+    // The built-in kinds' worker: started unless --no-workers; its reconciler serves
+    // POST /v1/reconcile either way.
+    let mut builtin = idem.worker(config.worker.clone())?;
+    worker::register_builtins(&mut builtin)?;
+    let reconciler = builtin.reconciler();
     let api = Api {
         idem: idem.clone(),
         protocol,
         auth,
         idempotency,
         limits,
+        reconciler: Some(reconciler.clone()),
     };
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
@@ -97,19 +108,11 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         .or_exit(Exit::Unavailable)?;
     let address = listener.local_addr()?;
     let mut interrupt = Interrupt::listen()?;
-    let running = match a.no_workers {
-        true => None,
-        false => {
-            let mut w = idem.worker(config.worker.clone())?;
-            worker::register_builtins(&mut w)?;
-            Some(w)
-        }
-    };
+    let running = (!a.no_workers).then_some(builtin);
     let (stop, stopped) = watch::channel(false);
-    let reconciler = running.as_ref().map(|w| w.reconciler());
     let handle = running.map(|w| w.start());
-    let passes = reconciler
-        .filter(|_| !a.worker.reconcile_every.is_zero())
+    let passes = (handle.is_some() && !a.worker.reconcile_every.is_zero())
+        .then_some(reconciler)
         .map(|r| {
             tokio::spawn(worker::reconcile_every(
                 r,
@@ -137,7 +140,7 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         match &handle {
             Some(_) => "for the built-in kinds",
-            None => "off (--no-workers)",
+            None => "off (--no-workers; expired leases are still rescued)",
         },
         idem_postgres::redact(url)
     );
@@ -155,6 +158,12 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     if let Some(passes) = passes {
         let _ = passes.await;
+    }
+    if let Some((stop, tasks)) = maintenance {
+        let _ = stop.send(true);
+        for task in tasks {
+            let _ = task.await;
+        }
     }
     match served {
         Ok(Ok(())) => {}

@@ -4,10 +4,9 @@
 //! Two worker processes share 200 jobs and one is killed with SIGKILL while it holds
 //! jobs. Once their leases end, the rescuer puts them back and the other worker completes
 //! them: every job ends `completed` with one `completed` attempt, no id is printed
-//! `completed` twice, and a write under the dead worker's fence is refused. The rescuer
-//! is the one `idem serve` runs beside its built-in worker (started without
-//! `--no-workers`; it sweeps every queue, every 500 ms here), which claims only the `http`
-//! kind and so leaves the Python worker's jobs alone.
+//! `completed` twice, and a write under the dead worker's fence is refused. The server
+//! runs with `--no-workers`: its rescuer still sweeps every queue (every 500 ms here), so
+//! a dead worker's claims come back with no worker in the server's process.
 //!
 //! The intent protocol of its `charge` kind, against mock remotes: a keyed call answered
 //! 500 after it was applied is sent again under its key and applied once; an unkeyed one
@@ -300,7 +299,13 @@ impl Serve {
         let mut cmd = idem(tmp);
         cmd.arg("--database-url")
             .arg(url)
-            .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+            .args([
+                "serve",
+                "--no-workers",
+                "--listen",
+                "127.0.0.1:0",
+                "--config",
+            ])
             .arg(&config)
             .env(
                 "IDEM_API_TOKENS",

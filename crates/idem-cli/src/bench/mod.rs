@@ -7,6 +7,7 @@
 //! the engine's cost. Every scenario runs on its own queue of a scratch database (a
 //! temporary SQLite file, or a fresh PostgreSQL schema dropped afterwards).
 
+mod http;
 mod report;
 mod scenarios;
 
@@ -38,13 +39,16 @@ pub enum Scenario {
     Latency,
     /// Resident memory with many concurrent sleeping jobs.
     Rss,
+    /// The HTTP API: enqueue with and without Idempotency-Key, claim and complete, each
+    /// beside the library path.
+    Http,
 }
 
 /// Arguments of `idem bench`.
 #[derive(Args, Clone, Serialize)]
 pub struct BenchArgs {
     /// Scenarios to run, comma-separated
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Enqueue, Scenario::Bulk, Scenario::Drain, Scenario::Fenced, Scenario::Latency, Scenario::Rss])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Enqueue, Scenario::Bulk, Scenario::Drain, Scenario::Fenced, Scenario::Latency, Scenario::Rss, Scenario::Http])]
     pub scenarios: Vec<Scenario>,
     /// Jobs per throughput scenario (bulk, drain, fenced)
     #[arg(long, default_value_t = 20_000)]

@@ -33,6 +33,7 @@ pub async fn run(db: &Scratch, args: &BenchArgs, s: Scenario) -> anyhow::Result<
         Scenario::Fenced => fenced(db, args).await,
         Scenario::Latency => latency(db, args).await,
         Scenario::Rss => rss(db, args).await,
+        Scenario::Http => super::http::run(db, args).await,
     }
 }
 
@@ -50,11 +51,11 @@ fn new_job(queue: &str, i: usize) -> NewJob {
     }
 }
 
-fn per_second(n: usize, elapsed: Duration) -> f64 {
+pub(super) fn per_second(n: usize, elapsed: Duration) -> f64 {
     n as f64 / elapsed.as_secs_f64().max(1e-9)
 }
 
-fn figure(scenario: Scenario, metric: &str, value: f64, unit: &'static str) -> Figure {
+pub(super) fn figure(scenario: Scenario, metric: &str, value: f64, unit: &'static str) -> Figure {
     Figure {
         scenario,
         metric: metric.to_owned(),
@@ -87,7 +88,7 @@ async fn enqueue(db: &Scratch, n: usize, batch: usize, s: Scenario) -> anyhow::R
 }
 
 /// Inserts `n` jobs into `queue`, untimed.
-async fn seed(store: &dyn Store, queue: &str, n: usize) -> anyhow::Result<()> {
+pub(super) async fn seed(store: &dyn Store, queue: &str, n: usize) -> anyhow::Result<()> {
     insert_jobs(store, queue, n, SEED_BATCH).await
 }
 

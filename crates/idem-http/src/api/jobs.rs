@@ -2,7 +2,7 @@
 
 use axum::Extension;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use idem::Job;
@@ -15,6 +15,7 @@ use super::error::{invalid, not_found, operator_only, problem};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::scope::{filter, sees_job, store_key};
 use super::view::{EnqueuedView, JobPage, JobView};
+use crate::idempotency::{AnswerStored, Reservation};
 use crate::principal::Principal;
 use crate::problem::Problem;
 
@@ -52,6 +53,7 @@ pub struct EnqueueRequest {
 pub async fn enqueue(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
+    reservation: Option<Extension<Reservation>>,
     ApiJson(request): ApiJson<EnqueueRequest>,
 ) -> Response {
     let mut job = Job::new(request.kind, request.args.unwrap_or(serde_json::json!({})))
@@ -77,21 +79,67 @@ pub async fn enqueue(
     if let Err(e) = job.validate() {
         return problem(e).rejection();
     }
-    match state.idem.enqueue(job).await {
-        Ok(enqueued) => {
-            let status = if enqueued.deduplicated {
-                StatusCode::OK
-            } else {
-                StatusCode::CREATED
-            };
-            let view = EnqueuedView {
-                deduplicated: enqueued.deduplicated,
-                job: JobView::of(&principal, enqueued.job),
-            };
-            (status, axum::Json(view)).into_response()
-        }
-        Err(e) => problem(e).into_response(),
+    let answered = match reservation {
+        Some(Extension(r)) => enqueue_keyed(&state, &principal, job, &r).await,
+        None => match state.idem.enqueue(job).await {
+            Ok(enqueued) => {
+                let (status, body) = answer(&principal, enqueued);
+                Ok(json_response(status, body))
+            }
+            Err(e) => Err(e),
+        },
+    };
+    answered.unwrap_or_else(|e| problem(e).into_response())
+}
+
+/// The status and JSON body of an enqueue's answer.
+fn answer(principal: &Principal, enqueued: idem::Enqueued) -> (StatusCode, Vec<u8>) {
+    let status = match enqueued.deduplicated {
+        true => StatusCode::OK,
+        false => StatusCode::CREATED,
+    };
+    let view = EnqueuedView {
+        deduplicated: enqueued.deduplicated,
+        job: JobView::of(principal, enqueued.job),
+    };
+    (status, serde_json::to_vec(&view).expect("a view encodes"))
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// An enqueue under an Idempotency-Key: the job and the key's answer commit in one
+/// transaction, so the layer writes nothing after the handler and no job exists whose
+/// answer was not stored.
+async fn enqueue_keyed(
+    state: &ApiState,
+    principal: &Principal,
+    job: Job,
+    reservation: &Reservation,
+) -> Result<Response, idem::IdemError> {
+    let mut tx = state.idem.begin().await?;
+    let enqueued = state.idem.enqueue_tx(&mut tx, job).await?;
+    let (status, body) = answer(principal, enqueued);
+    let stored = reservation.complete(
+        status.as_u16(),
+        &[("content-type", "application/json")],
+        body.clone(),
+    );
+    if !tx.store_tx().http_key_complete(stored).await? {
+        tx.rollback().await?;
+        return Ok(Problem::new(
+            StatusCode::CONFLICT,
+            "idempotency_key_in_flight",
+            "this request's hold on its Idempotency-Key lapsed and another request took              it; nothing was enqueued here: repeat the request to get that one's answer",
+        )
+        .retry_after(1)
+        .rejection());
     }
+    tx.commit().await?;
+    let mut response = json_response(status, body);
+    response.extensions_mut().insert(AnswerStored);
+    Ok(response)
 }
 
 /// The job `id` if `principal` may see it.

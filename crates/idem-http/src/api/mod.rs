@@ -12,6 +12,7 @@ mod intents;
 mod jobs;
 mod limits;
 mod openapi;
+mod operator;
 mod queues;
 mod scope;
 mod view;
@@ -25,6 +26,7 @@ use axum::http::StatusCode;
 use axum::middleware::from_fn_with_state;
 use axum::response::Response;
 use axum::routing::{get, post};
+use idem::intent::Reconciler;
 use idem::{Idem, WorkerProtocol};
 
 use crate::auth::{Auth, authenticate};
@@ -46,6 +48,7 @@ pub const DEFAULT_PAGE: u32 = 50;
 pub struct ApiState {
     idem: Idem,
     protocol: WorkerProtocol,
+    reconciler: Option<Reconciler>,
     settings: Arc<Settings>,
 }
 
@@ -76,6 +79,8 @@ pub struct Api {
     pub idempotency: IdempotencyConfig,
     /// Request limits.
     pub limits: Limits,
+    /// Reconciliation of the kinds this server knows (`POST /v1/reconcile`).
+    pub reconciler: Option<Reconciler>,
 }
 
 impl Api {
@@ -84,6 +89,7 @@ impl Api {
         let state = ApiState {
             idem: self.idem.clone(),
             protocol: self.protocol,
+            reconciler: self.reconciler,
             settings: Arc::new(Settings),
         };
         let keys = IdempotencyLayer::new(self.idem.store().clone(), self.idempotency);
@@ -92,6 +98,12 @@ impl Api {
             .route("/v1/jobs/{id}", get(jobs::get))
             .route("/v1/jobs/{id}/retry", post(jobs::retry))
             .route("/v1/jobs/{id}/cancel", post(jobs::cancel))
+            .route("/v1/jobs/{id}/attempts", get(operator::attempts))
+            .route("/v1/jobs/{id}/discard", post(operator::discard))
+            .route("/v1/reconcile", post(operator::reconcile))
+            .route("/v1/purge", post(operator::purge))
+            .route("/v1/ledger/verify", get(operator::ledger_verify))
+            .route("/v1/ledger/repair", post(operator::ledger_repair))
             .route("/v1/claims", post(worker::claim))
             .route("/v1/jobs/{id}/heartbeat", post(worker::heartbeat))
             .route("/v1/jobs/{id}/complete", post(worker::complete))

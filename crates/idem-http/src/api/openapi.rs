@@ -7,7 +7,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{intents, jobs, queues, view, worker};
+use super::{intents, jobs, operator, queues, view, worker};
 use crate::problem::Problem;
 
 /// The API's OpenAPI document.
@@ -21,6 +21,8 @@ use crate::problem::Problem;
         intents::begin, intents::renew, intents::complete, intents::fail, intents::unknown,
         intents::release, intents::list, intents::get, intents::resolve,
         queues::queues, queues::healthz,
+        operator::attempts, operator::discard, operator::reconcile, operator::purge,
+        operator::ledger_verify, operator::ledger_repair,
     ),
     components(schemas(Problem, view::JobView, view::EnqueuedView, view::JobPage,
         view::IntentView, view::QueueCountView)),

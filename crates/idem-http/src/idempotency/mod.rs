@@ -55,6 +55,49 @@ pub use crate::principal::Principal;
 pub use crate::problem::NotStored;
 pub use service::IdempotencyService;
 
+/// In the request's extensions while the layer holds its key: a handler whose effect is
+/// a write to the same store can store its answer in the effect's own transaction
+/// ([`Reservation::complete`]) and mark its response [`AnswerStored`]; the answer and
+/// the effect then commit together, and the layer makes no write after the handler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    /// The principal the key is scoped by.
+    pub principal: String,
+    /// The key.
+    pub key: String,
+    /// The fence of this request's reservation.
+    pub fence: i64,
+}
+
+impl Reservation {
+    /// The write that stores `status`, `headers` and `body` as the key's answer; run it
+    /// with [`idem_store::StoreTx::http_key_complete`] in the effect's transaction, and
+    /// roll the effect back when it returns `false` (the reservation was taken over).
+    pub fn complete(
+        &self,
+        status: u16,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> idem_store::HttpKeyComplete {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v.to_string()))
+            .collect();
+        idem_store::HttpKeyComplete {
+            principal: self.principal.clone(),
+            key: self.key.clone(),
+            fence: self.fence,
+            status: i32::from(status),
+            headers: serde_json::to_value(headers).expect("strings encode"),
+            body,
+        }
+    }
+}
+
+/// Marks a response whose answer the handler stored itself (see [`Reservation`]).
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerStored;
+
 /// The header that tells a client whether the answer is a replay.
 pub const REPLAYED: &str = "idempotent-replayed";
 

@@ -15,7 +15,7 @@ use idem_store::{
     Store, Timestamp,
 };
 
-use super::{IdempotencyConfig, REPLAYED, fingerprint, key};
+use super::{AnswerStored, IdempotencyConfig, REPLAYED, Reservation, fingerprint, key};
 use crate::principal::Principal;
 use crate::problem::{NotStored, Problem};
 
@@ -143,7 +143,14 @@ where
             fence: row.fence,
         }),
     };
-    let request = Request::from_parts(parts, Body::from(body));
+    let mut request = Request::from_parts(parts, Body::from(body));
+    if let Some(release) = &holding.release {
+        request.extensions_mut().insert(Reservation {
+            principal: release.principal.clone(),
+            key: release.key.clone(),
+            fence: release.fence,
+        });
+    }
     let response = call(&mut inner, request).await;
     let mut response = finish(&mut holding, &config, response).await;
     response
@@ -233,6 +240,11 @@ fn replay(status: i32, headers: Option<serde_json::Value>, body: Vec<u8>) -> Res
 
 /// Stores the holder's response, or releases the key when it must not be stored.
 async fn finish(holding: &mut Holding, config: &IdempotencyConfig, response: Response) -> Response {
+    if response.extensions().get::<AnswerStored>().is_some() {
+        // Stored by the handler in its effect's transaction.
+        holding.release = None;
+        return response;
+    }
     let status = response.status();
     let refused = status.is_server_error()
         || REFUSALS.contains(&status)

@@ -63,6 +63,7 @@ pub async fn serve_with(db: &TestDb, idem: Idem, keys: IdempotencyConfig) -> Ser
         auth: tokens(),
         idempotency: keys,
         limits: Limits::default(),
+        reconciler: None,
     };
     serve_router(idem, api.router()).await
 }

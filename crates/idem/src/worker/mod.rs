@@ -33,6 +33,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::Idem;
 use crate::completer::Completer;
 use crate::local::QueueSlots;
 use crate::maintenance::{Purger, Rescuer};
@@ -102,13 +103,26 @@ fn claim_loops(shared: &Arc<Shared>, stop: &watch::Receiver<bool>) -> Vec<JoinHa
 /// The maintenance services this worker runs until `stop`: the purger (unless the
 /// config turns it off) and the rescuer, whose rescues count in this worker's report.
 fn maintenance(shared: &Arc<Shared>, stop: watch::Receiver<bool>) -> Vec<JoinHandle<()>> {
-    let (idem, config, owner) = (&shared.idem, &shared.config, &shared.name);
+    let counted = shared.clone();
+    let rescued = move |n| Stats::add(&counted.stats.rescued, n);
+    maintenance_tasks(&shared.idem, &shared.config, &shared.name, stop, rescued)
+}
+
+/// The purger (unless `config` turns it off) and the rescuer of `owner`, until `stop`;
+/// `rescued` is told how many jobs each sweep that found some moved.
+pub(crate) fn maintenance_tasks(
+    idem: &Idem,
+    config: &WorkerConfig,
+    owner: &str,
+    stop: watch::Receiver<bool>,
+    rescued: impl Fn(u64) + Send + 'static,
+) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
     if let Some(interval) = config.purge_interval {
         let purger = Purger {
             idem: idem.clone(),
             interval,
-            owner: owner.clone(),
+            owner: owner.to_owned(),
         };
         tasks.push(tokio::spawn(purger.run(stop.clone())));
     }
@@ -116,10 +130,8 @@ fn maintenance(shared: &Arc<Shared>, stop: watch::Receiver<bool>) -> Vec<JoinHan
         idem: idem.clone(),
         max_attempts: Some(config.max_attempts),
         interval: config.rescue_interval,
-        owner: owner.clone(),
+        owner: owner.to_owned(),
     };
-    let counted = shared.clone();
-    let rescued = move |n| Stats::add(&counted.stats.rescued, n);
     tasks.push(tokio::spawn(rescuer.run(stop, rescued)));
     tasks
 }

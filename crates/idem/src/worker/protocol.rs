@@ -9,8 +9,11 @@
 
 use idem_store::{JobClaim, JobComplete, JobHeartbeat, JobRow, LeaseToken, StoreError, Timestamp};
 
-use super::WorkerConfig;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
 use super::pipeline::record_failure;
+use super::{WorkerConfig, maintenance_tasks};
 use crate::Idem;
 use crate::client::millis;
 use crate::error::{IdemError, JobError};
@@ -53,6 +56,16 @@ impl WorkerProtocol {
         config.validate()?;
         idem.retention().check_covers(&config.horizon())?;
         Ok(WorkerProtocol { idem, config })
+    }
+
+    /// Starts the rescuer (and the purger, unless the configuration turns it off) for the
+    /// jobs of workers elsewhere, when no worker in this process runs them: a worker that
+    /// died holding a claim has its job rescued once the lease ends. They run until the
+    /// returned sender is sent `true` or dropped; await the handles to let them finish.
+    pub fn start_maintenance(&self, owner: &str) -> (watch::Sender<bool>, Vec<JoinHandle<()>>) {
+        let (stop, stopped) = watch::channel(false);
+        let tasks = maintenance_tasks(&self.idem, &self.config, owner, stopped, |_| {});
+        (stop, tasks)
     }
 
     /// The configuration it follows.
