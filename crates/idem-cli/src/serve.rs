@@ -102,6 +102,7 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         limits,
         reconciler: Some(reconciler.clone()),
     };
+    let router = api.router().or_exit(Exit::Config)?;
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))
@@ -121,7 +122,7 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
             ))
         });
     let mut shutdown = stopped.clone();
-    let server = axum::serve(listener, api.router()).with_graceful_shutdown(async move {
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move {
         let _ = shutdown.wait_for(|s| *s).await;
     });
     let server = tokio::spawn(server.into_future());

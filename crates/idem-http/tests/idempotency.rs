@@ -4,15 +4,14 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::post;
-use common::{MILL, SHOP, Server, serve, serve_router, serve_with};
+use common::{MILL, SHOP, Server, app, counted_route, serve, serve_router, serve_with};
 use idem::{Idem, ManualClock};
-use idem_http::idempotency::{IdempotencyConfig, IdempotencyLayer};
+use idem_http::idempotency::IdempotencyConfig;
 use idem_store_tests::TestDb;
 use serde_json::json;
 use tokio::sync::{Notify, mpsc};
@@ -198,26 +197,12 @@ async fn get_ignores_the_header(db: &TestDb) {
     assert_eq!(server.key_records().await, 0);
 }
 
-/// An app of the test's own behind the layer: the layer is reusable by any axum app.
-fn app(idem: &Idem, keys: IdempotencyConfig, route: axum::routing::MethodRouter) -> Router {
-    Router::new()
-        .route("/thing", route)
-        .layer(IdempotencyLayer::new(idem.store().clone(), keys))
-}
-
 /// A 5xx stores nothing and frees the key: the repeat runs the handler again.
 async fn a_5xx_leaves_the_key_free(db: &TestDb) {
     let idem = Idem::from_store(db.store.clone());
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    let route = post(move || {
-        let runs = counted.clone();
-        async move {
-            match runs.fetch_add(1, Ordering::SeqCst) {
-                0 => (StatusCode::SERVICE_UNAVAILABLE, "try again"),
-                _ => (StatusCode::CREATED, "made"),
-            }
-        }
+    let (route, runs) = counted_route(|run| match run {
+        0 => (StatusCode::SERVICE_UNAVAILABLE, "try again".into()),
+        _ => (StatusCode::CREATED, "made".into()),
     });
     let server = serve_router(
         idem.clone(),
@@ -278,15 +263,7 @@ async fn a_server_stopped_mid_request_blocks_the_key_until_the_lease_ends(db: &T
     drop(first);
     request.abort();
 
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    let working = post(move || {
-        let runs = counted.clone();
-        async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            (StatusCode::CREATED, "made")
-        }
-    });
+    let (working, runs) = counted_route(|_| (StatusCode::CREATED, "made".into()));
     let second: Server = serve_router(idem.clone(), app(&idem, keys(), working)).await;
     let blocked = second.post_raw("", "/thing", Some("stuck"), b"{}").await;
     assert_eq!(blocked.status, 409);

@@ -3,24 +3,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MILL, OPS, SHOP, Server, serve_with};
-use idem::{Idem, ManualClock};
-use idem_http::idempotency::IdempotencyConfig;
+use common::{MILL, OPS, SHOP, Server, claim, server_on_clock};
+use idem::ManualClock;
 use idem_store_tests::TestDb;
-use serde_json::{Value, json};
-
-async fn server(db: &TestDb) -> (Server, ManualClock) {
-    let clock = ManualClock::new(db.store.now().await.unwrap());
-    let idem = Idem::from_store(db.store.clone()).with_clock(Arc::new(clock.clone()));
-    let keys = IdempotencyConfig {
-        clock: Arc::new(clock.clone()),
-        ..IdempotencyConfig::default()
-    };
-    (serve_with(db, idem, keys).await, clock)
-}
+use serde_json::json;
 
 async fn enqueue(s: &Server, token: &str, kind: &str) -> i64 {
     let a = s
@@ -33,19 +21,6 @@ async fn enqueue(s: &Server, token: &str, kind: &str) -> i64 {
         .await;
     assert_eq!(a.status, 201, "{a:?}");
     a.json()["job"]["id"].as_i64().unwrap()
-}
-
-async fn claim(s: &Server, token: &str, kinds: &[&str], worker: &str) -> Vec<Value> {
-    let a = s
-        .post(
-            token,
-            "/v1/claims",
-            None,
-            &json!({"queue": "q", "kinds": kinds, "limit": 10, "worker": worker}),
-        )
-        .await;
-    assert_eq!(a.status, 200, "{a:?}");
-    a.json()["jobs"].as_array().unwrap().clone()
 }
 
 /// A claim by worker A whose lease expired and was taken by worker B (fence 2).
@@ -67,7 +42,7 @@ async fn reclaimed(s: &Server, clock: &ManualClock) -> (i64, i64) {
 /// A stale fence on heartbeat, complete or fail is 409 `lease_lost`, and the job is left
 /// as the live claim holds it.
 async fn a_stale_fence_is_lease_lost_and_changes_nothing(db: &TestDb) {
-    let (s, clock) = server(db).await;
+    let (s, clock) = server_on_clock(db).await;
     let (id, stale) = reclaimed(&s, &clock).await;
     let before = s.idem.job(id).await.unwrap().unwrap();
     for (path, body) in [
@@ -107,7 +82,7 @@ async fn a_stale_fence_is_lease_lost_and_changes_nothing(db: &TestDb) {
 
 /// The live claim heartbeats and fails along the ladder.
 async fn the_live_claim_heartbeats_and_fails_along_the_ladder(db: &TestDb) {
-    let (s, _clock) = server(db).await;
+    let (s, _clock) = server_on_clock(db).await;
     let id = enqueue(&s, SHOP, "mail").await;
     let jobs = claim(&s, SHOP, &["mail"], "a").await;
     let fence = jobs[0]["fence"].as_i64().unwrap();
@@ -145,7 +120,7 @@ async fn the_live_claim_heartbeats_and_fails_along_the_ladder(db: &TestDb) {
 /// Claims take only the kinds asked for, and a client principal's own jobs only; an
 /// operator's claim takes any principal's.
 async fn claims_follow_kinds_and_principals(db: &TestDb) {
-    let (s, _clock) = server(db).await;
+    let (s, _clock) = server_on_clock(db).await;
     let shop_mail = enqueue(&s, SHOP, "mail").await;
     let shop_sms = enqueue(&s, SHOP, "sms").await;
     let mill_mail = enqueue(&s, MILL, "mail").await;
@@ -170,7 +145,7 @@ async fn claims_follow_kinds_and_principals(db: &TestDb) {
 /// A client principal sees and acts on its own jobs only; the others' are 404, as if
 /// they did not exist.
 async fn a_principal_sees_its_own_jobs_only(db: &TestDb) {
-    let (s, _clock) = server(db).await;
+    let (s, _clock) = server_on_clock(db).await;
     let mine = enqueue(&s, SHOP, "mail").await;
     let theirs = enqueue(&s, MILL, "mail").await;
     assert_eq!(s.get(SHOP, &format!("/v1/jobs/{mine}")).await.status, 200);
@@ -210,7 +185,7 @@ async fn a_principal_sees_its_own_jobs_only(db: &TestDb) {
 
 /// Enqueue keys of two principals never meet: the same key gives each its own job.
 async fn enqueue_keys_are_per_principal(db: &TestDb) {
-    let (s, _clock) = server(db).await;
+    let (s, _clock) = server_on_clock(db).await;
     let body = json!({"kind": "mail", "enqueue_key": "order-1"});
     let a = s.post(SHOP, "/v1/jobs", None, &body).await;
     let again = s.post(SHOP, "/v1/jobs", None, &body).await;

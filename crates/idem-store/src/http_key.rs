@@ -9,9 +9,12 @@
 //!   retention window, whatever it holds) with fence + 1, or changes nothing and returns
 //!   the row that holds the key.
 //! - A request's later write ([`crate::StoreTx::http_key_complete`], `http_key_release`)
-//!   carries the fence its reservation got, and changes nothing unless the row is still
-//!   `in_progress` at that fence: a request whose reservation was taken over never
-//!   overwrites the new holder's record.
+//!   carries the fence and the `created_at` its reservation got, and changes nothing
+//!   unless the row is still `in_progress` at both: a request whose reservation was taken
+//!   over (or purged and reserved anew, which restarts the fence) never overwrites the
+//!   new holder's record.
+//! - A reservation whose lock is live is never taken over, not even past the retention
+//!   window (a window shorter than a request would otherwise let a repeat run beside it).
 //! - A released key keeps its row (state `released`), so its fence never restarts at 1
 //!   while a request that held an earlier fence may still answer.
 
@@ -137,6 +140,9 @@ pub struct HttpKeyComplete {
     pub key: String,
     /// The fence of the request's reservation.
     pub fence: i64,
+    /// The reservation's `created_at`: with the fence, it names this reservation even
+    /// after a purge re-created the row and restarted its fence at 1.
+    pub created_at: Timestamp,
     /// The response status.
     pub status: i32,
     /// The selected headers, `[[name, value], …]`.
@@ -154,4 +160,6 @@ pub struct HttpKeyRelease {
     pub key: String,
     /// The fence of the request's reservation.
     pub fence: i64,
+    /// The reservation's `created_at` (see [`HttpKeyComplete::created_at`]).
+    pub created_at: Timestamp,
 }

@@ -94,10 +94,11 @@ async fn serve(idem: &Idem, protocol: WorkerProtocol) -> anyhow::Result<String> 
         limits: Limits::default(),
         reconciler: None,
     };
+    let router = api.router()?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move {
-        let _ = axum::serve(listener, api.router()).await;
+        let _ = axum::serve(listener, router).await;
     });
     Ok(base)
 }

@@ -11,17 +11,34 @@ use serde::de::DeserializeOwned;
 
 use crate::problem::Problem;
 
-/// A JSON body.
+/// A JSON body: always a JSON object (serde would also read a struct from an array,
+/// so `[]` would pass for a request with every field defaulted).
 pub struct ApiJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
-            Err(e) => Err(json_rejection(e).rejection()),
+        let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(axum::Json(v)) => v,
+            Err(e) => return Err(json_rejection(e).rejection()),
+        };
+        if !value.is_object() {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                "the request body must be a JSON object",
+            )
+            .rejection());
         }
+        serde_json::from_value(value).map(ApiJson).map_err(|e| {
+            Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid_request",
+                format!("the request body does not fit: {e}"),
+            )
+            .rejection()
+        })
     }
 }
 

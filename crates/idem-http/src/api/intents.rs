@@ -21,7 +21,7 @@ use super::ApiState;
 use super::error::{invalid, not_found, operator_only, problem};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 use super::jobs::visible_job;
-use super::scope::{filter, sees_intent, shown_key, store_key};
+use super::scope::{filter, sees_intent, store_key};
 use super::view::IntentView;
 use crate::principal::Principal;
 use crate::problem::Problem;
@@ -155,17 +155,24 @@ fn lease(ms: i64) -> Result<(), Problem> {
     Ok(())
 }
 
-/// The intent `key` if `principal` may see it.
+/// The intent `key` if `principal` may see it: for a client, the intent it named (in
+/// its namespace), or, when `also_of_its_jobs`, an intent of one of its jobs named by
+/// idem itself (the built-in `http` kind's, outside any namespace). Writes take only the
+/// first: a client holds and finishes only the intents it began.
 async fn visible_intent(
     state: &ApiState,
     principal: &Principal,
     key: &str,
+    also_of_its_jobs: bool,
 ) -> Result<IntentRow, Problem> {
+    let hidden = || not_found(&format!("intent {key:?}"));
     let stored = store_key(principal, key);
-    let row = match state.idem.intent(&stored).await {
-        Ok(Some(row)) => row,
-        Ok(None) => return Err(not_found(&format!("intent {key:?}"))),
-        Err(e) => return Err(problem(e)),
+    let mut row = state.idem.intent(&stored).await.map_err(problem)?;
+    if row.is_none() && also_of_its_jobs && stored != key {
+        row = state.idem.intent(key).await.map_err(problem)?;
+    }
+    let Some(row) = row else {
+        return Err(hidden());
     };
     if principal.is_operator() {
         return Ok(row);
@@ -174,7 +181,7 @@ async fn visible_intent(
     if sees_intent(principal, &row, job.as_ref()) {
         Ok(row)
     } else {
-        Err(not_found(&format!("intent {key:?}")))
+        Err(hidden())
     }
 }
 
@@ -203,7 +210,7 @@ pub async fn renew(
     if let Err(p) = lease(request.lease_ms) {
         return p.rejection();
     }
-    let row = match visible_intent(&state, &principal, &key).await {
+    let row = match visible_intent(&state, &principal, &key, false).await {
         Ok(row) => row,
         Err(p) => return p.into_response(),
     };
@@ -338,7 +345,7 @@ async fn finish(
     fence: i64,
     outcome: IntentOutcome,
 ) -> Response {
-    let row = match visible_intent(&state, &principal, &key).await {
+    let row = match visible_intent(&state, &principal, &key, false).await {
         Ok(row) => row,
         Err(p) => return p.into_response(),
     };
@@ -365,7 +372,7 @@ pub struct IntentQuery {
     pub state: Option<String>,
     /// At most this many (1–500, default 50).
     pub limit: Option<u32>,
-    /// Keys after this one (the previous page's `next`).
+    /// The previous page's `next` (an opaque cursor).
     pub after: Option<String>,
 }
 
@@ -374,7 +381,7 @@ pub struct IntentQuery {
 pub struct IntentPage {
     /// The intents.
     pub intents: Vec<IntentView>,
-    /// Pass as `after` for the next page; absent on the last page.
+    /// Pass as `after` for the next page (an opaque cursor); absent on the last page.
     pub next: Option<String>,
 }
 
@@ -397,7 +404,7 @@ pub async fn list(
     let params = IntentList {
         states,
         principal: filter(&principal),
-        after: query.after.map(|a| store_key(&principal, &a)),
+        after: query.after,
         limit: limit + 1,
         ..IntentList::default()
     };
@@ -405,9 +412,7 @@ pub async fn list(
         Ok(mut rows) => {
             let more = rows.len() > limit as usize;
             rows.truncate(limit as usize);
-            let next = more
-                .then(|| rows.last().map(|r| shown_key(&principal, &r.key)))
-                .flatten();
+            let next = more.then(|| rows.last().map(|r| r.key.clone())).flatten();
             axum::Json(IntentPage {
                 intents: rows
                     .into_iter()
@@ -432,7 +437,7 @@ pub async fn get(
     Extension(principal): Extension<Principal>,
     ApiPath(key): ApiPath<String>,
 ) -> Response {
-    match visible_intent(&state, &principal, &key).await {
+    match visible_intent(&state, &principal, &key, true).await {
         Ok(row) => axum::Json(IntentView::of(&principal, row)).into_response(),
         Err(p) => p.into_response(),
     }

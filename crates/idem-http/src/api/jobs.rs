@@ -19,6 +19,9 @@ use crate::idempotency::{AnswerStored, Reservation};
 use crate::principal::Principal;
 use crate::problem::Problem;
 
+/// The kind of the built-in `http` job, which only operators may enqueue.
+const BUILTIN_HTTP: &str = <idem::builtin::Http as idem::Handler>::KIND;
+
 /// A job to enqueue.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +59,10 @@ pub async fn enqueue(
     reservation: Option<Extension<Reservation>>,
     ApiJson(request): ApiJson<EnqueueRequest>,
 ) -> Response {
+    if request.kind == BUILTIN_HTTP && !principal.is_operator() {
+        // The server would call any URL a client names, from inside its network.
+        return operator_only("enqueuing the built-in `http` kind").rejection();
+    }
     let mut job = Job::new(request.kind, request.args.unwrap_or(serde_json::json!({})))
         .principal(principal.name());
     if let Some(queue) = request.queue {
@@ -71,10 +78,16 @@ pub async fn enqueue(
         job = job.max_attempts(n);
     }
     if let Some(key) = request.enqueue_key {
-        if key.is_empty() || key.len() > 255 {
-            return invalid("enqueue_key must be 1 to 255 characters").rejection();
+        let stored = store_key(&principal, &key);
+        let room = 255 - (stored.len() - key.len());
+        if key.is_empty() || key.len() > room {
+            return invalid(format!(
+                "enqueue_key must be 1 to {room} characters for this principal (its keys \
+                 are stored in a namespace of their own)"
+            ))
+            .rejection();
         }
-        job = job.enqueue_key(store_key(&principal, &key));
+        job = job.enqueue_key(stored);
     }
     if let Err(e) = job.validate() {
         return problem(e).rejection();
@@ -98,9 +111,11 @@ fn answer(principal: &Principal, enqueued: idem::Enqueued) -> (StatusCode, Vec<u
         true => StatusCode::OK,
         false => StatusCode::CREATED,
     };
+    let mut job = JobView::of(principal, enqueued.job);
+    job.args = None;
     let view = EnqueuedView {
         deduplicated: enqueued.deduplicated,
-        job: JobView::of(principal, enqueued.job),
+        job,
     };
     (status, serde_json::to_vec(&view).expect("a view encodes"))
 }

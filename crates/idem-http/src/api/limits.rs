@@ -1,6 +1,7 @@
 //! The limits a public endpoint needs: a cap on requests in flight (over it → 503 with
 //! `Retry-After`), a timeout per request (→ 503), and a body size (→ 413, enforced by
-//! the extractors and the Idempotency-Key layer).
+//! the extractors and the Idempotency-Key layer). A handler that panics answers 500
+//! instead of dropping the connection.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +9,8 @@ use std::time::Duration;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 use tokio::sync::Semaphore;
 
 use crate::problem::Problem;
@@ -58,8 +60,19 @@ pub async fn enforce(State(limits): State<Arc<Limits>>, request: Request, next: 
         .retry_after(1)
         .rejection();
     };
-    match tokio::time::timeout(limits.timeout, next.run(request)).await {
-        Ok(response) => response,
+    let run = std::panic::AssertUnwindSafe(next.run(request)).catch_unwind();
+    match tokio::time::timeout(limits.timeout, run).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(_)) => {
+            // The panic is logged by the panic hook; the client gets an answer, not a
+            // dropped connection.
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the server failed while handling the request; the server log has the details",
+            )
+            .into_response()
+        }
         Err(_) => Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "timeout",

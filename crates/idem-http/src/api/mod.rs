@@ -84,15 +84,15 @@ pub struct Api {
 }
 
 impl Api {
-    /// The router, with every layer.
-    pub fn router(self) -> Router {
+    /// The router, with every layer; refused when the Idempotency-Key settings are.
+    pub fn router(self) -> Result<Router, idem::IdemError> {
         let state = ApiState {
             idem: self.idem.clone(),
             protocol: self.protocol,
             reconciler: self.reconciler,
             settings: Arc::new(Settings),
         };
-        let keys = IdempotencyLayer::new(self.idem.store().clone(), self.idempotency);
+        let keys = IdempotencyLayer::new(self.idem.store().clone(), self.idempotency)?;
         let v1 = Router::new()
             .route("/v1/jobs", post(jobs::enqueue).get(jobs::list))
             .route("/v1/jobs/{id}", get(jobs::get))
@@ -121,7 +121,7 @@ impl Api {
             .layer(keys)
             .layer(from_fn_with_state(self.auth, authenticate));
         let max_body = self.limits.max_body;
-        Router::new()
+        Ok(Router::new()
             .merge(v1)
             .route("/healthz", get(queues::healthz))
             .route("/openapi.json", get(openapi::document))
@@ -129,7 +129,7 @@ impl Api {
             .method_not_allowed_fallback(method_not_allowed)
             .with_state(state)
             .layer(DefaultBodyLimit::max(max_body))
-            .layer(from_fn_with_state(Arc::new(self.limits), limits::enforce))
+            .layer(from_fn_with_state(Arc::new(self.limits), limits::enforce)))
     }
 }
 

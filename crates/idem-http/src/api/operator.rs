@@ -115,12 +115,15 @@ pub async fn discard(
     }
 }
 
+/// The longest settle delay a pass takes: a day.
+const MAX_SETTLE_MS: u64 = 86_400_000;
+
 /// A reconciliation pass.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReconcileRequest {
     /// How long after an intent last changed before an absent answer is trusted, in
-    /// milliseconds (default 60000).
+    /// milliseconds (default 60000, at most a day).
     pub settle_ms: Option<u64>,
 }
 
@@ -151,6 +154,12 @@ pub async fn reconcile(
     };
     let mut options = ReconcileOptions::default();
     if let Some(ms) = request.settle_ms {
+        if ms > MAX_SETTLE_MS {
+            return super::error::invalid(format!(
+                "settle_ms {ms} is above {MAX_SETTLE_MS} (a day)"
+            ))
+            .rejection();
+        }
         options.settle = Duration::from_millis(ms);
     }
     match reconciler.run(options).await {

@@ -17,9 +17,10 @@ pub struct JobView {
     pub kind: String,
     /// Queue.
     pub queue: String,
-    /// Handler arguments.
-    #[schema(value_type = Object)]
-    pub args: serde_json::Value,
+    /// Handler arguments (left out of an enqueue's answer: `GET /v1/jobs/{id}` has them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub args: Option<serde_json::Value>,
     /// Lower numbers are claimed first.
     pub priority: i16,
     /// scheduled, available, running, retryable, completed, dead or cancelled.
@@ -57,7 +58,7 @@ impl JobView {
             id: job.id,
             kind: job.kind,
             queue: job.queue,
-            args: job.args,
+            args: Some(job.args),
             priority: job.priority,
             state: job.state.as_str().to_string(),
             attempt: job.attempt,
@@ -76,7 +77,9 @@ impl JobView {
     }
 }
 
-/// An enqueued job: new, or the earlier job holding the enqueue key.
+/// An enqueued job: new, or the earlier job holding the enqueue key. Its args are left
+/// out: the producer sent them, and an answer stored under an Idempotency-Key stays small
+/// whatever the job holds.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct EnqueuedView {
     /// The job.

@@ -235,9 +235,22 @@ pub async fn fail(
     if let Some(key) = request.awaits_intent {
         // As a Rust handler's: the job stops (dead) until the intent is settled, and is
         // put back to run by whoever settles it; retrying would only meet the same
-        // unknown intent again.
+        // unknown intent again. Only an intent of this job's: naming any other would put
+        // the job back at once, a retry past its attempts no client may force.
+        let stored = super::scope::store_key(&principal, &key);
+        match state.idem.intent(&stored).await {
+            Ok(Some(row)) if row.job_id == id => {}
+            Ok(_) => {
+                return invalid(format!(
+                    "awaits_intent names {key:?}, which is not an intent of job {id}; name \
+                     the key this job began"
+                ))
+                .rejection();
+            }
+            Err(e) => return problem(e).into_response(),
+        }
         error = JobError::permanent(&request.error);
-        error.awaits = Some(super::scope::store_key(&principal, &key));
+        error.awaits = Some(stored);
     }
     match state.protocol.fail(&job, error).await {
         Ok(row) => axum::Json(JobView::of(&principal, row)).into_response(),

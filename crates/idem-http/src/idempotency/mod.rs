@@ -22,8 +22,11 @@
 //!   first is in flight gets 409 with `Retry-After`; the same key with another
 //!   fingerprint gets 422. A server killed mid-request leaves a reservation that blocks
 //!   only until its lease ends; then a repeat with the same fingerprint runs.
+//! - An answer larger than [`IdempotencyConfig::max_stored_body`] is sent but not
+//!   stored; its key stays reserved until the lease ends (the handler has acted).
 //! - Records are kept for [`IdempotencyConfig::retention`] (24 h), after which a repeat
-//!   is a new request; `PurgeTarget::HttpKeys` deletes them by creation time.
+//!   is a new request; `PurgeTarget::HttpKeys` deletes them by creation time. The
+//!   retention must be longer than the lease ([`IdempotencyConfig::check`]).
 //!
 //! Malformed keys get 400, bodies over [`IdempotencyConfig::max_body`] 413, a store that
 //! cannot be reached 503; none of them stores anything.
@@ -36,7 +39,7 @@
 //! let idem = idem::Idem::connect("sqlite://app.db").await?;
 //! let app: Router = Router::new()
 //!     .route("/orders", post(|| async { "created" }))
-//!     .layer(IdempotencyLayer::new(idem.store().clone(), IdempotencyConfig::default()));
+//!     .layer(IdempotencyLayer::new(idem.store().clone(), IdempotencyConfig::default())?);
 //! # Ok(()) }
 //! ```
 
@@ -48,7 +51,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::{HeaderName, header};
-use idem::Clock;
+use idem::{Clock, IdemError};
 use idem_store::Store;
 
 pub use crate::principal::Principal;
@@ -67,6 +70,8 @@ pub struct Reservation {
     pub key: String,
     /// The fence of this request's reservation.
     pub fence: i64,
+    /// When it was reserved (with the fence, names this reservation).
+    pub created_at: idem_store::Timestamp,
 }
 
 impl Reservation {
@@ -87,6 +92,7 @@ impl Reservation {
             principal: self.principal.clone(),
             key: self.key.clone(),
             fence: self.fence,
+            created_at: self.created_at,
             status: i32::from(status),
             headers: serde_json::to_value(headers).expect("strings encode"),
             body,
@@ -113,7 +119,9 @@ pub struct IdempotencyConfig {
     /// The largest request body the layer reads, in bytes (larger → 413). Default 1 MiB.
     pub max_body: usize,
     /// The largest response body the layer stores, in bytes. A larger answer is sent
-    /// but not stored, and the key is released (logged as a warning). Default 4 MiB.
+    /// but not stored, and the key stays reserved until its lease ends (the handler has
+    /// acted: a repeat gets 409 until then, then runs again); logged as a warning.
+    /// Default 1 MiB.
     pub max_stored_body: usize,
     /// The response headers stored and replayed. Default `Content-Type`, `Location`.
     pub stored_headers: Vec<HeaderName>,
@@ -130,7 +138,7 @@ impl Default for IdempotencyConfig {
             lease: Duration::from_secs(60),
             retention: Duration::from_secs(24 * 3600),
             max_body: 1 << 20,
-            max_stored_body: 4 << 20,
+            max_stored_body: 1 << 20,
             stored_headers: vec![header::CONTENT_TYPE, header::LOCATION],
             anonymous: "anonymous".into(),
             clock: Arc::new(idem::DatabaseClock),
@@ -145,13 +153,35 @@ pub struct IdempotencyLayer {
     config: Arc<IdempotencyConfig>,
 }
 
+impl IdempotencyConfig {
+    /// Refuses settings under which a repeat could run beside its first request: a
+    /// retention no longer than the lease would let a purge remove a live reservation.
+    pub fn check(&self) -> Result<(), IdemError> {
+        if self.lease.is_zero() || self.retention <= self.lease {
+            return Err(IdemError::Config(format!(
+                "the Idempotency-Key retention ({}) must be longer than the reservation's \
+                 lease ({}), which must be above zero: a record purged while its request \
+                 still runs would let a repeat run beside it",
+                idem::config::human(self.retention),
+                idem::config::human(self.lease)
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl IdempotencyLayer {
-    /// The layer over an idem store (`Idem::store()`), which holds the records.
-    pub fn new(store: Arc<dyn Store>, config: IdempotencyConfig) -> IdempotencyLayer {
-        IdempotencyLayer {
+    /// The layer over an idem store (`Idem::store()`), which holds the records; refused
+    /// when [`IdempotencyConfig::check`] refuses the settings.
+    pub fn new(
+        store: Arc<dyn Store>,
+        config: IdempotencyConfig,
+    ) -> Result<IdempotencyLayer, IdemError> {
+        config.check()?;
+        Ok(IdempotencyLayer {
             store,
             config: Arc::new(config),
-        }
+        })
     }
 }
 

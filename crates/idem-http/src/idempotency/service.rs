@@ -141,6 +141,7 @@ where
             principal,
             key,
             fence: row.fence,
+            created_at: row.created_at,
         }),
     };
     let mut request = Request::from_parts(parts, Body::from(body));
@@ -149,6 +150,7 @@ where
             principal: release.principal.clone(),
             key: release.key.clone(),
             fence: release.fence,
+            created_at: release.created_at,
         });
     }
     let response = call(&mut inner, request).await;
@@ -254,24 +256,32 @@ async fn finish(holding: &mut Holding, config: &IdempotencyConfig, response: Res
         return response;
     }
     let (parts, body) = response.into_parts();
-    let body = match axum::body::to_bytes(body, config.max_stored_body).await {
+    // The handler has acted: from here the key is never released, so a repeat cannot
+    // run it again before the reservation's lease ends.
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
         Ok(body) => body,
         Err(e) => {
-            tracing::warn!(
-                error = %e,
-                limit = config.max_stored_body,
-                "a response was too large to store for its Idempotency-Key; the key is \
-                 released and a repeat will run again"
-            );
-            holding.release().await;
+            tracing::warn!(error = %e, "a response body could not be read; its Idempotency-Key stays reserved until its lease ends");
+            holding.release = None;
             return Problem::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "response_not_stored",
-                "the answer could not be stored for its Idempotency-Key; repeat the request",
+                "response_unreadable",
+                "the answer could not be read; its Idempotency-Key stays reserved until its \
+                 lease ends, then a repeat runs again",
             )
             .into_response();
         }
     };
+    if body.len() > config.max_stored_body {
+        tracing::warn!(
+            size = body.len(),
+            limit = config.max_stored_body,
+            "an answer was too large to store for its Idempotency-Key; it is sent, and the key \
+             stays reserved until its lease ends (a repeat gets 409 until then, then runs again)"
+        );
+        holding.release = None;
+        return Response::from_parts(parts, Body::from(body));
+    }
     let headers: Vec<(String, String)> = config
         .stored_headers
         .iter()
@@ -323,6 +333,7 @@ impl Holding {
             principal: release.principal.clone(),
             key: release.key.clone(),
             fence: release.fence,
+            created_at: release.created_at,
             status,
             headers,
             body,

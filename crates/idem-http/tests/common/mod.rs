@@ -5,13 +5,13 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use idem::{Idem, WorkerConfig, WorkerProtocol};
+use idem::{Idem, ManualClock, SqlValue, WorkerConfig, WorkerProtocol};
 use idem_http::Principal;
 use idem_http::api::{Api, Limits};
 use idem_http::auth::{Auth, Tokens};
-use idem_http::idempotency::IdempotencyConfig;
+use idem_http::idempotency::{IdempotencyConfig, IdempotencyLayer};
 use idem_store_tests::TestDb;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The token of the client principal `shop`.
 pub const SHOP: &str = "shop-token-0123456789";
@@ -65,7 +65,7 @@ pub async fn serve_with(db: &TestDb, idem: Idem, keys: IdempotencyConfig) -> Ser
         limits: Limits::default(),
         reconciler: None,
     };
-    serve_router(idem, api.router()).await
+    serve_router(idem, api.router().unwrap()).await
 }
 
 /// Serves `router` on a loopback port.
@@ -153,30 +153,12 @@ impl Server {
 
     /// Rows of `idem_http_key`.
     pub async fn key_records(&self) -> i64 {
-        let rows = self
-            .idem
-            .store()
-            .query("SELECT count(*) FROM idem_http_key", &[])
-            .await
-            .unwrap();
-        match &rows[0][0] {
-            idem::SqlValue::Int(n) => *n,
-            other => panic!("count: {other:?}"),
-        }
+        count(self, "SELECT count(*) FROM idem_http_key").await
     }
 
     /// How many jobs there are.
     pub async fn job_count(&self) -> i64 {
-        let rows = self
-            .idem
-            .store()
-            .query("SELECT count(*) FROM idem_job", &[])
-            .await
-            .unwrap();
-        match &rows[0][0] {
-            idem::SqlValue::Int(n) => *n,
-            other => panic!("count: {other:?}"),
-        }
+        count(self, "SELECT count(*) FROM idem_job").await
     }
 }
 
@@ -189,4 +171,66 @@ pub async fn answer(r: reqwest::Response) -> Answer {
         headers,
         body,
     }
+}
+
+/// A server over `db` whose client and layer run on one injected clock, and the clock.
+pub async fn server_on_clock(db: &TestDb) -> (Server, ManualClock) {
+    let clock = ManualClock::new(db.store.now().await.unwrap());
+    let idem = Idem::from_store(db.store.clone()).with_clock(Arc::new(clock.clone()));
+    let keys = IdempotencyConfig {
+        clock: Arc::new(clock.clone()),
+        ..IdempotencyConfig::default()
+    };
+    (serve_with(db, idem, keys).await, clock)
+}
+
+/// Claims up to 10 jobs of `kinds` from queue `q` as `worker`.
+pub async fn claim(s: &Server, token: &str, kinds: &[&str], worker: &str) -> Vec<Value> {
+    let a = s
+        .post(
+            token,
+            "/v1/claims",
+            None,
+            &json!({"queue": "q", "kinds": kinds, "limit": 10, "worker": worker}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{a:?}");
+    a.json()["jobs"].as_array().unwrap().clone()
+}
+
+/// The first column of the first row of `sql` (a count), 0 for NULL.
+pub async fn count(s: &Server, sql: &str) -> i64 {
+    let rows = s.idem.store().query(sql, &[]).await.unwrap();
+    match &rows[0][0] {
+        SqlValue::Int(n) => *n,
+        SqlValue::Null => 0,
+        other => panic!("count: {other:?}"),
+    }
+}
+
+/// An app of the test's own behind the layer (the layer is reusable by any axum app).
+pub fn app(
+    idem: &Idem,
+    keys: IdempotencyConfig,
+    route: axum::routing::MethodRouter,
+) -> axum::Router {
+    axum::Router::new()
+        .route("/thing", route)
+        .layer(IdempotencyLayer::new(idem.store().clone(), keys).unwrap())
+}
+
+/// A `POST` route that counts its runs and answers `answer(run)` (run 0 first).
+pub fn counted_route(
+    answer: fn(usize) -> (axum::http::StatusCode, String),
+) -> (
+    axum::routing::MethodRouter,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let route = axum::routing::post(move || {
+        let runs = counted.clone();
+        async move { answer(runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst)) }
+    });
+    (route, runs)
 }

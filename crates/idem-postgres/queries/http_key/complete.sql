@@ -12,4 +12,5 @@ SET state = 'completed',
 WHERE principal = $1
   AND key = $2
   AND fence = $3
+  AND created_at = $7::timestamptz
   AND state = 'in_progress'

@@ -32,8 +32,10 @@ ON CONFLICT (principal, key) DO UPDATE SET
     body = NULL,
     created_at = excluded.created_at
 WHERE idem_http_key.state = 'released'
-   OR idem_http_key.created_at
-      <= excluded.created_at - $5::bigint * interval '1 millisecond'
+   OR (idem_http_key.created_at
+         <= excluded.created_at - $5::bigint * interval '1 millisecond'
+       AND NOT (idem_http_key.state = 'in_progress'
+                AND idem_http_key.locked_until > excluded.created_at))
    OR (idem_http_key.state = 'in_progress'
        AND idem_http_key.locked_until <= excluded.created_at
        AND idem_http_key.fingerprint = excluded.fingerprint)

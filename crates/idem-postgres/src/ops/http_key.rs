@@ -69,6 +69,7 @@ where
         .bind(p.status)
         .bind(Json(p.headers))
         .bind(p.body)
+        .bind(p.created_at)
         .execute(ex)
         .await
         .map_err(interpret_error)?;
@@ -84,6 +85,7 @@ where
         .bind(p.principal)
         .bind(p.key)
         .bind(p.fence)
+        .bind(p.created_at)
         .execute(ex)
         .await
         .map_err(interpret_error)?;

@@ -2,7 +2,7 @@
 -- until now + ?4 ms, where now is ?6 (ms, NULL = database clock). In one statement:
 -- inserts it (fence 1), or takes over a row no live request holds, with fence + 1: a
 -- `released` row; a row created at or before now - ?5 ms (past its retention, whatever
--- it holds); an `in_progress` row whose lock ended at or before now, when the
+-- it holds, unless a live request still holds its lock); an `in_progress` row whose lock ended at or before now, when the
 -- fingerprint is the same (another fingerprint waits for the retention or a release).
 -- A takeover starts the row afresh: in progress, this fingerprint, created now, no stored
 -- response. Returns the row it wrote; no row when the key is held (the caller reads it
@@ -24,7 +24,9 @@ ON CONFLICT (principal, key) DO UPDATE SET
     body = NULL,
     created_at = excluded.created_at
 WHERE idem_http_key.state = 'released'
-   OR idem_http_key.created_at <= excluded.created_at - ?5
+   OR (idem_http_key.created_at <= excluded.created_at - ?5
+       AND NOT (idem_http_key.state = 'in_progress'
+                AND idem_http_key.locked_until > excluded.created_at))
    OR (idem_http_key.state = 'in_progress'
        AND idem_http_key.locked_until <= excluded.created_at
        AND idem_http_key.fingerprint = excluded.fingerprint)

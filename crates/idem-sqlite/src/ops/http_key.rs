@@ -49,7 +49,8 @@ pub(crate) fn complete(c: &Connection, p: &HttpKeyComplete) -> StoreResult<bool>
         p.fence,
         p.status,
         json_list(&p.headers)?,
-        p.body
+        p.body,
+        ts_to_ms(p.created_at)
     ];
     let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
     Ok(stmt.execute(args).map_err(interpret_error)? == 1)
@@ -60,7 +61,7 @@ pub(crate) fn release(c: &Connection, p: &HttpKeyRelease) -> StoreResult<bool> {
     let sql = include_str!("../../queries/http_key/release.sql");
     let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
     let n = stmt
-        .execute(params![p.principal, p.key, p.fence])
+        .execute(params![p.principal, p.key, p.fence, ts_to_ms(p.created_at)])
         .map_err(interpret_error)?;
     Ok(n == 1)
 }

@@ -126,6 +126,7 @@ fn complete_params(row: &HttpKeyRow, fence: i64, response: &Response) -> HttpKey
         principal: row.principal.clone(),
         key: row.key.clone(),
         fence,
+        created_at: row.created_at,
         status: response.status,
         headers: response.headers.clone(),
         body: response.body.clone(),
@@ -147,6 +148,7 @@ fn release_params(row: &HttpKeyRow, fence: i64) -> HttpKeyRelease {
         principal: row.principal.clone(),
         key: row.key.clone(),
         fence,
+        created_at: row.created_at,
     }
 }
 

@@ -186,7 +186,7 @@ impl Reconciler {
     pub async fn run(&self, opts: ReconcileOptions) -> Result<ReconcileReport, IdemError> {
         let mut report = ReconcileReport::default();
         let now = self.idem.now().await?;
-        let settled_before = now - chrono_of(opts.settle)?;
+        let settled_before = before(now, opts.settle)?;
         let unknown = Page::new(IntentState::Unknown, None, None, opts.limit);
         let mut next = Some(unknown);
         while let Some(page) = next {
@@ -197,7 +197,7 @@ impl Reconciler {
             }
             next = more;
         }
-        let since = now - chrono_of(opts.audit_window)?;
+        let since = before(now, opts.audit_window)?;
         let audit = Page::new(
             IntentState::Completed,
             Some(settled_before),
@@ -348,7 +348,10 @@ impl Reconciler {
     }
 }
 
-fn chrono_of(d: Duration) -> Result<chrono::Duration, IdemError> {
+/// `now - d`, refused when `d` reaches past the calendar (a settle or window of ages).
+fn before(now: idem_store::Timestamp, d: Duration) -> Result<idem_store::Timestamp, IdemError> {
     chrono::Duration::from_std(d)
-        .map_err(|_| IdemError::Config(format!("{} is too long", crate::config::human(d))))
+        .ok()
+        .and_then(|d| now.checked_sub_signed(d))
+        .ok_or_else(|| IdemError::Config(format!("{} is too long", crate::config::human(d))))
 }

@@ -130,14 +130,23 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
     }
 }
 
-/// A job just written dead to await the settlement of intent `key`: if a reconciler or an
-/// operator settled it in the meantime, they found the job still running and left it, so
-/// it is put back to run here. (Each side writes, then reads the other's record: one of
+/// A job just written dead to await the settlement of its intent `key`: if a reconciler or
+/// an operator settled it in the meantime, they found the job still running and left it,
+/// so it is put back to run here. (Each side writes, then reads the other's record: one of
 /// them sees both.)
 async fn settled_meanwhile(idem: &Idem, job: &JobRow, key: &str) {
     let still_waiting = match idem.intent(key).await {
-        Ok(Some(row)) => crate::intent::OPERATOR_FROM.contains(&row.state),
-        Ok(None) => false,
+        Ok(Some(row)) if row.job_id == job.id => crate::intent::OPERATOR_FROM.contains(&row.state),
+        // Not an intent of this job's (or none): nothing of this job's was settled, and
+        // putting it back would be a retry past its attempts that nobody asked for.
+        Ok(_) => {
+            tracing::warn!(
+                job_id = job.id,
+                key,
+                "the awaited intent is not this job's; the job stays dead"
+            );
+            return;
+        }
         Err(e) => {
             tracing::warn!(job_id = job.id, key, error = %e, "could not read the awaited intent; reconciliation will retry the job once it settles the intent");
             return;
