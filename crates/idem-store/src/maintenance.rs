@@ -50,7 +50,8 @@ pub enum PurgeTarget {
     /// reconciliation needs it.
     DeadJobs,
     /// Inbound Idempotency-Key records (`idem_http_key`) created before the cutoff,
-    /// whatever their state: a reservation lives no longer than its request.
+    /// whatever their state, except a reservation whose lock outlives the cutoff (a
+    /// request that may still be running keeps its key).
     HttpKeys,
 }
 

@@ -260,7 +260,16 @@ impl Retention {
     /// dead jobs are kept at least as long as enqueue keys (a deduplicated enqueue
     /// returns the first job, so it must outlive its key). The error names the values.
     pub fn validate(&self) -> Result<(), IdemError> {
-        collect(self.windows().iter().map(|w| self.check_alone(w)))
+        let http_keys = match self.http_keys.is_zero() {
+            true => Err(
+                "http-key retention is 0s; set retention.http_keys to a duration \
+                         longer than zero (and than the API's request lease)"
+                    .to_string(),
+            ),
+            false => Ok(()),
+        };
+        let windows = self.windows().map(|w| self.check_alone(&w));
+        collect(windows.into_iter().chain([http_keys]))
     }
 
     /// Checks that the enqueue-key and effect-key windows each cover the retry horizon

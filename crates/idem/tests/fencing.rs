@@ -489,7 +489,18 @@ async fn heartbeat_tells_a_stale_handler(db: &TestDb) {
     let a = a.start();
     within(30, "A starts", started_rx).await.unwrap();
     s.moving.advance(Duration::from_secs(31));
-    assert_eq!(s.b.rescue().await.unwrap().len(), 1);
+    // A's heartbeat still runs (every 100 ms) and briefly locks the job's row; on
+    // PostgreSQL the rescue skips a locked row (SKIP LOCKED), so a sweep that meets one
+    // rescues nothing and the next one takes it.
+    let mut rescued = 0;
+    for _ in 0..100 {
+        rescued = s.b.rescue().await.unwrap().len();
+        if rescued > 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(rescued, 1);
     let (done, done_rx) = Once::new();
     let mut b = s.b.worker(config("fence", 1)).unwrap();
     b.register(WriteEffect { worker: "B", done }).unwrap();

@@ -92,6 +92,15 @@ impl Api {
             reconciler: self.reconciler,
             settings: Arc::new(Settings),
         };
+        let purged_after = self.idem.retention().http_keys;
+        if purged_after <= self.idempotency.lease {
+            return Err(idem::IdemError::Config(format!(
+                "retention.http_keys ({}) must be longer than the Idempotency-Key lease ({}): \
+                 the purger would otherwise delete records of requests still running",
+                idem::config::human(purged_after),
+                idem::config::human(self.idempotency.lease)
+            )));
+        }
         let keys = IdempotencyLayer::new(self.idem.store().clone(), self.idempotency)?;
         let v1 = Router::new()
             .route("/v1/jobs", post(jobs::enqueue).get(jobs::list))

@@ -181,9 +181,9 @@ pub struct FailRequest {
     /// The delay before the next run instead of the ladder's (clamped to the server's
     /// maximum).
     pub retry_after_ms: Option<u64>,
-    /// The intent whose outcome is unknown and which this job waits on: the job stops
-    /// (`dead`, whatever `outcome` says) until the intent is settled, and is then put
-    /// back to run, also when it was settled while this attempt ended.
+    /// The intent of this job whose outcome is unknown (or manual) and which the job waits
+    /// on: the job stops (`dead`, whatever `outcome` says) until the intent is settled,
+    /// and is then put back to run, also when it was settled while this attempt ended.
     pub awaits_intent: Option<String>,
 }
 
@@ -239,11 +239,12 @@ pub async fn fail(
         // the job back at once, a retry past its attempts no client may force.
         let stored = super::scope::store_key(&principal, &key);
         match state.idem.intent(&stored).await {
-            Ok(Some(row)) if row.job_id == id => {}
+            Ok(Some(row))
+                if row.job_id == id && idem::intent::OPERATOR_FROM.contains(&row.state) => {}
             Ok(_) => {
                 return invalid(format!(
-                    "awaits_intent names {key:?}, which is not an intent of job {id}; name \
-                     the key this job began"
+                    "awaits_intent names {key:?}, which is not an intent of job {id} whose \
+                     outcome is unknown; name the key this job began and marked unknown"
                 ))
                 .rejection();
             }
