@@ -22,6 +22,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use common::serve::{Api, Serve, signal};
 use common::*;
 use idem_mock_remote::{Fault, MockRemote, Mode};
 use serde_json::{Value, json};
@@ -93,13 +94,14 @@ fn postgres_python_charges_go_through_intents() {
 }
 
 fn a_killed_worker_loses_no_job(tmp: &Path, url: &str) {
-    let mut serve = Serve::start(tmp, url);
+    let mut serve = serve(tmp, url);
     let api = Api::new(&serve.base);
     // First in claim order (priority -1), so the first worker's first claim takes them;
     // they sleep through their first attempt, until that worker is killed.
     let slow: BTreeSet<i64> = (0..4)
         .map(|_| {
-            api.enqueue(
+            enqueue_job(
+                &api,
                 "count",
                 json!({"sleep_ms": 600_000, "sleep_attempts": 1}),
                 -1,
@@ -107,7 +109,7 @@ fn a_killed_worker_loses_no_job(tmp: &Path, url: &str) {
         })
         .collect();
     let mut all = slow.clone();
-    all.extend((0..196).map(|_| api.enqueue("count", json!({"sleep_ms": 50}), 0)));
+    all.extend((0..196).map(|_| enqueue_job(&api, "count", json!({"sleep_ms": 50}), 0)));
     let mut a = PyWorker::start(&serve.base, "py-a", "count", 8);
     let mut holding = BTreeSet::new();
     while holding != slow {
@@ -121,7 +123,7 @@ fn a_killed_worker_loses_no_job(tmp: &Path, url: &str) {
     let mut b = PyWorker::start(&serve.base, "py-b", "count", 4);
     b.running
         .wait_for("py-b completing a job", |l| id_after(l, "completed "));
-    let running = api.jobs("running");
+    let running = jobs(&api, "running");
     let held: Vec<&Value> = running.iter().filter(|j| slow.contains(&id(j))).collect();
     assert_eq!(held.len(), slow.len(), "{running:#?}");
     for job in held {
@@ -132,11 +134,11 @@ fn a_killed_worker_loses_no_job(tmp: &Path, url: &str) {
     a.running.exit();
 
     let deadline = Instant::now() + SETTLE_LIMIT;
-    while api.jobs("completed").len() < all.len() {
+    while jobs(&api, "completed").len() < all.len() {
         assert!(
             Instant::now() < deadline,
             "not every job completed: {:#?}\npy-b: {}",
-            api.jobs("running"),
+            jobs(&api, "running"),
             b.running.output()
         );
         std::thread::sleep(Duration::from_millis(200));
@@ -151,7 +153,7 @@ fn a_killed_worker_loses_no_job(tmp: &Path, url: &str) {
         }
     }
     for id in &all {
-        let job = api.get(&format!("/v1/jobs/{id}"));
+        let job = api.get(&format!("/v1/jobs/{id}"), TOKEN);
         assert_eq!(job["state"], "completed", "{job}");
     }
     signal(b.running.pid(), libc::SIGTERM);
@@ -196,7 +198,7 @@ fn a_killed_worker_loses_no_job(tmp: &Path, url: &str) {
 }
 
 fn charges_go_through_intents(tmp: &Path, url: &str) {
-    let mut serve = Serve::start(tmp, url);
+    let mut serve = serve(tmp, url);
     let api = Api::new(&serve.base);
     let (keyed, unkeyed) = {
         let _runtime = api.rt.enter();
@@ -209,7 +211,8 @@ fn charges_go_through_intents(tmp: &Path, url: &str) {
     unkeyed.inject(Fault::ApplyThenStatus(500));
     let effects = |remote: &MockRemote| format!("{}/effects", remote.url());
     let charge = |url: String, keyed: bool| {
-        api.enqueue(
+        enqueue_job(
+            &api,
             "charge",
             json!({"url": url, "amount": 10, "keyed": keyed}),
             0,
@@ -223,12 +226,12 @@ fn charges_go_through_intents(tmp: &Path, url: &str) {
     let key = |id: i64| format!("charge:job:{id}");
     let mut worker = PyWorker::start(&serve.base, "py-c", "charge", 1);
 
-    let job = api.wait_for_state(settled, "dead");
+    let job = wait_for_state(&api, settled, "dead");
     assert!(
         job["last_error"].as_str().unwrap_or("").contains("unknown"),
         "{job}"
     );
-    let intent = api.get(&format!("/v1/intents/{}", key(settled)));
+    let intent = api.get(&format!("/v1/intents/{}", key(settled)), TOKEN);
     assert_eq!(intent["state"], "unknown", "{intent}");
     // An operator settles it (the remote has the call); the job runs again and completes
     // from the intent's record, without calling.
@@ -238,15 +241,15 @@ fn charges_go_through_intents(tmp: &Path, url: &str) {
     assert_eq!(resolved["job_retried"], true, "{resolved}");
 
     for id in [retried, settled, plain] {
-        api.wait_for_state(id, "completed");
-        let intent = api.get(&format!("/v1/intents/{}", key(id)));
+        wait_for_state(&api, id, "completed");
+        let intent = api.get(&format!("/v1/intents/{}", key(id)), TOKEN);
         assert_eq!(intent["state"], "completed", "{intent}");
     }
-    api.wait_for_state(refused, "dead");
-    let intent = api.get(&format!("/v1/intents/{}", key(refused)));
+    wait_for_state(&api, refused, "dead");
+    let intent = api.get(&format!("/v1/intents/{}", key(refused)), TOKEN);
     assert_eq!(intent["state"], "failed", "{intent}");
     // The keyed call was sent twice under one key and applied once.
-    let intent = api.get(&format!("/v1/intents/{}", key(retried)));
+    let intent = api.get(&format!("/v1/intents/{}", key(retried)), TOKEN);
     assert_eq!(intent["attempt"], 2, "{intent}");
     assert_eq!(keyed.applied_for(&key(retried)), 1);
     assert_eq!(keyed.applied_for(&key(plain)), 1);
@@ -284,99 +287,28 @@ fn python_missing() -> bool {
     !found
 }
 
-/// `idem serve` on a free loopback port, with the tokens of [`TOKEN`] and
-/// [`OPERATOR_TOKEN`], the settings of [`CONFIG`] and its built-in worker (which runs the
-/// rescuer).
-struct Serve {
-    running: Running,
-    base: String,
-}
-
-impl Serve {
-    fn start(tmp: &Path, url: &str) -> Serve {
-        let config = tmp.join("idem-serve.toml");
-        std::fs::write(&config, CONFIG).expect("write the config file");
-        let mut cmd = idem(tmp);
-        cmd.arg("--database-url")
-            .arg(url)
-            .args([
-                "serve",
-                "--no-workers",
-                "--listen",
-                "127.0.0.1:0",
-                "--config",
-            ])
-            .arg(&config)
-            .env(
-                "IDEM_API_TOKENS",
-                format!("shop={TOKEN},ops={OPERATOR_TOKEN}"),
-            )
-            .env("IDEM_API_OPERATORS", "ops");
-        let mut running = Running::start(cmd);
-        let base = running.wait_for("the listening line", |l| {
-            let rest = l.strip_prefix("idem serve: listening on ")?;
-            rest.split_whitespace().next().map(str::to_owned)
-        });
-        let serve = Serve { running, base };
-        serve.wait_healthy();
-        serve
-    }
-
-    /// Polls `GET /healthz`, with a short backoff, until the server answers 200.
-    fn wait_healthy(&self) {
-        let url = format!("{}/healthz", self.base);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut pause = Duration::from_millis(10);
-        loop {
-            let answer = reqwest_blocking_get(&url);
-            if answer == Some(200) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{url} answered {answer:?}: {}",
-                self.running.output()
-            );
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(200));
-        }
-    }
-
-    /// SIGTERM, then a clean exit.
-    fn stop(&mut self) {
-        signal(self.running.pid(), libc::SIGTERM);
-        let status = self.running.exit();
-        assert!(
-            status.success(),
-            "idem serve: {status}: {}",
-            self.running.output()
-        );
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.running.child.kill();
-        let _ = self.running.child.wait();
-    }
-}
-
-/// The status of a GET, or `None` when nothing answered.
-fn reqwest_blocking_get(url: &str) -> Option<u16> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    rt.block_on(async { client().get(url).send().await.ok() })
-        .map(|r| r.status().as_u16())
-}
-
-fn client() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("an HTTP client")
+/// `idem serve --no-workers` on a free loopback port, with the tokens of [`TOKEN`] and
+/// [`OPERATOR_TOKEN`] and the settings of [`CONFIG`] (its rescuer sweeps every 500 ms).
+fn serve(tmp: &Path, url: &str) -> Serve {
+    let config = tmp.join("idem-serve.toml");
+    std::fs::write(&config, CONFIG).expect("write the config file");
+    let mut cmd = idem(tmp);
+    cmd.arg("--database-url")
+        .arg(url)
+        .args([
+            "serve",
+            "--no-workers",
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(&config)
+        .env(
+            "IDEM_API_TOKENS",
+            format!("shop={TOKEN},ops={OPERATOR_TOKEN}"),
+        )
+        .env("IDEM_API_OPERATORS", "ops");
+    Serve::start(cmd)
 }
 
 /// One `python3 idem_worker.py` on [`QUEUE`] with the client token.
@@ -419,94 +351,33 @@ fn id(job: &Value) -> i64 {
     job["id"].as_i64().expect("a job id")
 }
 
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
-    unsafe { libc::kill(pid as libc::pid_t, sig) };
+/// Enqueues a job on [`QUEUE`]; its id.
+fn enqueue_job(api: &Api, kind: &str, args: Value, priority: i16) -> i64 {
+    let job = json!({"queue": QUEUE, "kind": kind, "args": args, "priority": priority});
+    let (status, body) = api.post("/v1/jobs", TOKEN, job);
+    assert_eq!(status, 201, "POST /v1/jobs: {body}");
+    id(&body["job"])
 }
 
-/// The HTTP API, called from the test's thread.
-struct Api {
-    rt: tokio::runtime::Runtime,
-    http: reqwest::Client,
-    base: String,
+/// The jobs of [`QUEUE`] in `state` (this test has at most 500).
+fn jobs(api: &Api, state: &str) -> Vec<Value> {
+    let page = api.get(
+        &format!("/v1/jobs?queue={QUEUE}&state={state}&limit=500"),
+        TOKEN,
+    );
+    assert!(page["next"].is_null(), "more than one page: {page}");
+    page["jobs"].as_array().expect("jobs").clone()
 }
 
-impl Api {
-    fn new(base: &str) -> Api {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        Api {
-            rt,
-            http: client(),
-            base: base.to_owned(),
+/// Polls job `id` until it is in `state`; the job.
+fn wait_for_state(api: &Api, id: i64, state: &str) -> Value {
+    let deadline = Instant::now() + SETTLE_LIMIT;
+    loop {
+        let job = api.get(&format!("/v1/jobs/{id}"), TOKEN);
+        if job["state"] == state {
+            return job;
         }
-    }
-
-    /// Status and JSON body.
-    fn call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        token: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        self.rt.block_on(async {
-            let mut request = self.http.request(method, &url).bearer_auth(token);
-            if let Some(body) = body {
-                request = request.json(&body);
-            }
-            let answer = request
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("{url}: {e}"));
-            let status = answer.status().as_u16();
-            let text = answer.text().await.expect("a body");
-            (
-                status,
-                serde_json::from_str(&text).unwrap_or(Value::String(text)),
-            )
-        })
-    }
-
-    fn get(&self, path: &str) -> Value {
-        let (status, body) = self.call(reqwest::Method::GET, path, TOKEN, None);
-        assert_eq!(status, 200, "GET {path}: {body}");
-        body
-    }
-
-    fn post(&self, path: &str, token: &str, body: Value) -> (u16, Value) {
-        self.call(reqwest::Method::POST, path, token, Some(body))
-    }
-
-    /// Enqueues a job on [`QUEUE`]; its id.
-    fn enqueue(&self, kind: &str, args: Value, priority: i16) -> i64 {
-        let job = json!({"queue": QUEUE, "kind": kind, "args": args, "priority": priority});
-        let (status, body) = self.post("/v1/jobs", TOKEN, job);
-        assert_eq!(status, 201, "POST /v1/jobs: {body}");
-        id(&body["job"])
-    }
-
-    /// The jobs of [`QUEUE`] in `state` (this test has at most 500).
-    fn jobs(&self, state: &str) -> Vec<Value> {
-        let page = self.get(&format!("/v1/jobs?queue={QUEUE}&state={state}&limit=500"));
-        assert!(page["next"].is_null(), "more than one page: {page}");
-        page["jobs"].as_array().expect("jobs").clone()
-    }
-
-    /// Polls job `id` until it is in `state`; the job.
-    fn wait_for_state(&self, id: i64, state: &str) -> Value {
-        let deadline = Instant::now() + SETTLE_LIMIT;
-        loop {
-            let job = self.get(&format!("/v1/jobs/{id}"));
-            if job["state"] == state {
-                return job;
-            }
-            assert!(Instant::now() < deadline, "job {id} is not {state}: {job}");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        assert!(Instant::now() < deadline, "job {id} is not {state}: {job}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

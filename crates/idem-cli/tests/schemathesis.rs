@@ -14,10 +14,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+use common::serve::{Api, Serve};
 use common::*;
-use serde_json::{Value, json};
+use serde_json::json;
 
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -65,7 +66,7 @@ fn postgres_the_api_keeps_to_its_openapi_document() {
 
 /// Serves `url`, puts a few jobs in it, and runs `st` against the server.
 fn fuzz(st: &Path, tmp: &Path, url: &str, store: &str) {
-    let mut serve = Serve::start(tmp, url);
+    let mut serve = serve(tmp, url);
     let api = Api::new(&serve.base);
     for (kind, queue) in [
         ("email", "default"),
@@ -73,10 +74,10 @@ fn fuzz(st: &Path, tmp: &Path, url: &str, store: &str) {
         ("sync", "other"),
     ] {
         let body = json!({"kind": kind, "queue": queue, "args": {"n": 1}});
-        let (status, answer) = api.call(reqwest::Method::POST, "/v1/jobs", Some(body));
+        let (status, answer) = api.call(reqwest::Method::POST, "/v1/jobs", TOKEN, Some(body));
         assert_eq!(status, 201, "POST /v1/jobs: {answer}");
     }
-    let (status, answer) = api.call(reqwest::Method::POST, "/v1/jobs/1/cancel", None);
+    let (status, answer) = api.call(reqwest::Method::POST, "/v1/jobs/1/cancel", TOKEN, None);
     assert_eq!(status, 200, "POST /v1/jobs/1/cancel: {answer}");
 
     let started = Instant::now();
@@ -155,121 +156,14 @@ fn schemathesis() -> Option<PathBuf> {
 }
 
 /// `idem serve --no-workers` on a free loopback port with the operator token [`TOKEN`].
-struct Serve {
-    running: Running,
-    base: String,
-}
-
-impl Serve {
-    fn start(tmp: &Path, url: &str) -> Serve {
-        let mut cmd = idem(tmp);
-        cmd.current_dir(tmp)
-            .arg("--database-url")
-            .arg(url)
-            .args(["serve", "--listen", "127.0.0.1:0", "--no-workers"])
-            .env("IDEM_API_TOKENS", format!("fuzz={TOKEN}"))
-            .env("IDEM_API_OPERATORS", "fuzz")
-            .env_remove("IDEM_CONFIG");
-        let mut running = Running::start(cmd);
-        let base = running.wait_for("the listening line", |l| {
-            let rest = l.strip_prefix("idem serve: listening on ")?;
-            rest.split_whitespace().next().map(str::to_owned)
-        });
-        let serve = Serve { running, base };
-        serve.wait_healthy();
-        serve
-    }
-
-    /// Polls `GET /healthz`, with a short backoff, until the server answers 200.
-    fn wait_healthy(&self) {
-        let api = Api::new(&self.base);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut pause = Duration::from_millis(10);
-        loop {
-            let answer = api.status("/healthz");
-            if answer == Some(200) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "/healthz answered {answer:?}: {}",
-                self.running.output()
-            );
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(200));
-        }
-    }
-
-    /// SIGTERM, then a clean exit.
-    fn stop(&mut self) {
-        // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
-        unsafe { libc::kill(self.running.pid() as libc::pid_t, libc::SIGTERM) };
-        let status = self.running.exit();
-        assert!(
-            status.success(),
-            "idem serve: {status}: {}",
-            self.running.output()
-        );
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.running.child.kill();
-        let _ = self.running.child.wait();
-    }
-}
-
-/// The HTTP API, called with [`TOKEN`] from the test's thread.
-struct Api {
-    rt: tokio::runtime::Runtime,
-    http: reqwest::Client,
-    base: String,
-}
-
-impl Api {
-    fn new(base: &str) -> Api {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("an HTTP client");
-        Api {
-            rt,
-            http,
-            base: base.to_owned(),
-        }
-    }
-
-    /// Status and JSON body.
-    fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let url = format!("{}{path}", self.base);
-        self.rt.block_on(async {
-            let mut request = self.http.request(method, &url).bearer_auth(TOKEN);
-            if let Some(body) = body {
-                request = request.json(&body);
-            }
-            let answer = request
-                .send()
-                .await
-                .unwrap_or_else(|e| panic!("{url}: {e}"));
-            let status = answer.status().as_u16();
-            let text = answer.text().await.expect("a body");
-            let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-            (status, body)
-        })
-    }
-
-    /// The status of a GET, or `None` when nothing answered.
-    fn status(&self, path: &str) -> Option<u16> {
-        let url = format!("{}{path}", self.base);
-        let answer = self
-            .rt
-            .block_on(async { self.http.get(&url).send().await.ok() });
-        answer.map(|r| r.status().as_u16())
-    }
+fn serve(tmp: &Path, url: &str) -> Serve {
+    let mut cmd = idem(tmp);
+    cmd.current_dir(tmp)
+        .arg("--database-url")
+        .arg(url)
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-workers"])
+        .env("IDEM_API_TOKENS", format!("fuzz={TOKEN}"))
+        .env("IDEM_API_OPERATORS", "fuzz")
+        .env_remove("IDEM_CONFIG");
+    Serve::start(cmd)
 }

@@ -6,6 +6,8 @@
 
 #![allow(dead_code)] // each test file uses a part
 
+pub mod serve;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -435,9 +435,10 @@ async fn count(db: &TestDb, before: Timestamp) -> u64 {
 }
 
 /// A purge deletes records created before the cutoff (strictly), oldest first and at
-/// most `limit` at a time, whatever their state (in progress, completed, released) and
-/// whatever their lock; a record reserved anew counts from its takeover. The count
-/// agrees throughout.
+/// most `limit` at a time, whatever their state (in progress, completed, released),
+/// except a reservation whose lock outlives the cutoff: a request that may still run
+/// keeps its key, and goes once a later cutoff passes its lock. A record reserved anew
+/// counts from its takeover. The count agrees throughout.
 pub async fn http_key_purge_goes_by_created_at_only(db: &TestDb) {
     let response = binary_response();
     let open = reserved(reserve(db, ALICE, "k-open", FP, 1_000).await);
@@ -452,16 +453,24 @@ pub async fn http_key_purge_goes_by_created_at_only(db: &TestDb) {
     assert_eq!(open.locked_until, at(1_000 + LEASE_MS), "still locked");
 
     let cutoff = at(5_000);
-    assert_eq!(count(db, at(1_000)).await, 0, "the cutoff is strict");
-    assert_eq!(count(db, cutoff).await, 3);
+    assert_eq!(count(db, at(2_000)).await, 0, "the cutoff is strict");
+    assert_eq!(
+        count(db, cutoff).await,
+        2,
+        "the live reservation is not counted"
+    );
     assert_eq!(purge(db, cutoff, 1).await, 1);
-    assert_eq!(state_of(db, ALICE, "k-open").await, None, "oldest first");
-    assert_eq!(count(db, cutoff).await, 2);
-    assert_eq!(purge(db, cutoff, 10).await, 2);
+    assert_eq!(state_of(db, ALICE, "k-done").await, None, "oldest first");
+    assert_eq!(count(db, cutoff).await, 1);
+    assert_eq!(purge(db, cutoff, 10).await, 1);
     assert_eq!(purge(db, cutoff, 10).await, 0);
     assert_eq!(count(db, cutoff).await, 0);
-    assert_eq!(state_of(db, ALICE, "k-done").await, None);
     assert_eq!(state_of(db, BOB, "k-gone").await, None);
+    assert_eq!(
+        state_of(db, ALICE, "k-open").await,
+        Some(("in_progress".to_owned(), 1)),
+        "its lock outlives the cutoff"
+    );
     assert_eq!(
         state_of(db, BOB, "k-again").await,
         Some(("in_progress".to_owned(), 2)),
@@ -472,6 +481,15 @@ pub async fn http_key_purge_goes_by_created_at_only(db: &TestDb) {
         Some(("in_progress".to_owned(), 1)),
         "created at the cutoff"
     );
+    assert_eq!(records(db).await, 3);
+    let past_its_lock = at(1_000 + LEASE_MS);
+    assert_eq!(
+        count(db, past_its_lock).await,
+        1,
+        "its lock ends at the cutoff"
+    );
+    assert_eq!(purge(db, past_its_lock, 10).await, 1);
+    assert_eq!(state_of(db, ALICE, "k-open").await, None);
     assert_eq!(records(db).await, 2);
 }
 
