@@ -150,6 +150,7 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         Ok(never) => match never {},
         Err(signal) => signal,
     };
+    eprintln!("idem serve: {signal}: stopping; requests in flight finish first");
     let _ = stop.send(true);
     // In-flight requests finish first; then the worker gets its shutdown timeout.
     let served = server.await;

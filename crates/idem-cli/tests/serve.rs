@@ -92,24 +92,7 @@ fn a_server_killed_mid_request_blocks_its_key_until_the_lease_ends() {
         })
     };
     // The reservation committed before the handler stopped at the lock.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let rows = api
-            .rt
-            .block_on(idem.store().query(
-                "SELECT count(*) FROM idem_http_key WHERE state = 'in_progress'",
-                &[],
-            ))
-            .unwrap();
-        if rows[0][0] == idem::SqlValue::Int(1) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the request never reserved its key"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_reservation(&api, &idem);
     signal(first.running.pid(), libc::SIGKILL);
     let _ = first.running.exit();
     api.rt.block_on(blocker.rollback()).expect("unlock");
@@ -170,4 +153,73 @@ fn a_server_killed_mid_request_blocks_its_key_until_the_lease_ends() {
     let jobs = api.get("/v1/jobs", TOKEN);
     assert_eq!(jobs["jobs"].as_array().unwrap().len(), 1);
     api.rt.block_on(idem.store().close());
+}
+
+/// SIGTERM lets a request in flight finish: on PostgreSQL, a keyed enqueue waits on a
+/// locked job table when the signal comes; the server stops taking connections but the
+/// request completes (201) once the lock goes, and the process exits 0.
+#[test]
+fn sigterm_lets_a_request_in_flight_finish() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(pg) = PgSchema::migrated(tmp.path()) else {
+        return;
+    };
+    let mut server = start(tmp.path(), &pg.url);
+    let api = Api::new(&server.base);
+    let idem = api
+        .rt
+        .block_on(Idem::open(&pg.url))
+        .expect("open the database");
+    let mut blocker = api.rt.block_on(idem.begin()).expect("begin");
+    api.rt
+        .block_on(blocker.execute("LOCK TABLE idem_job IN EXCLUSIVE MODE", &[]))
+        .expect("lock the job table");
+    let request = {
+        let base = server.base.clone();
+        std::thread::spawn(move || {
+            let body = json!({"kind": "mail", "args": {}});
+            Api::new(&base).send(
+                reqwest::Method::POST,
+                "/v1/jobs",
+                TOKEN,
+                Some(body),
+                Some("k2"),
+            )
+        })
+    };
+    wait_for_reservation(&api, &idem);
+    signal(server.running.pid(), libc::SIGTERM);
+    // The stop is under way (it waits for the request) before the lock goes.
+    server
+        .running
+        .wait_for("the stop", |l| l.contains("stopping").then_some(()));
+    api.rt.block_on(blocker.rollback()).expect("unlock");
+    let answer = request.join().expect("the request thread");
+    assert_eq!(answer.status, 201, "{}", answer.body);
+    let status = server.running.exit();
+    assert!(status.success(), "{status}: {}", server.running.output());
+    api.rt.block_on(idem.store().close());
+}
+
+/// Waits until a request has reserved its Idempotency-Key (the reservation commits
+/// before the handler runs).
+fn wait_for_reservation(api: &Api, idem: &Idem) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows = api
+            .rt
+            .block_on(idem.store().query(
+                "SELECT count(*) FROM idem_http_key WHERE state = 'in_progress'",
+                &[],
+            ))
+            .unwrap();
+        if rows[0][0] == idem::SqlValue::Int(1) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the request never reserved its key"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -262,6 +262,16 @@ impl Store for PgStore {
         ops::job::rescue(&self.pool, p).await
     }
 
+    /// One statement on a pooled connection, without `BEGIN`/`COMMIT` (the read-back
+    /// after a refused write is a second one, retried if the row vanished in between).
+    async fn http_key_reserve(
+        &self,
+        p: idem_store::HttpKeyReserve,
+    ) -> StoreResult<idem_store::HttpKeyReserved> {
+        let mut conn = self.pool.acquire().await.map_err(error::interpret_error)?;
+        ops::http_key::reserve(&mut conn, p).await
+    }
+
     async fn http_key_complete(&self, p: idem_store::HttpKeyComplete) -> StoreResult<bool> {
         ops::http_key::complete(&self.pool, p).await
     }
