@@ -66,14 +66,7 @@ fn a_server_killed_mid_request_blocks_its_key_until_the_lease_ends() {
     };
     let mut first = start(tmp.path(), &pg.url);
     let api = Api::new(&first.base);
-    let idem = api
-        .rt
-        .block_on(Idem::open(&pg.url))
-        .expect("open the database");
-    let mut blocker = api.rt.block_on(idem.begin()).expect("begin");
-    api.rt
-        .block_on(blocker.execute("LOCK TABLE idem_job IN EXCLUSIVE MODE", &[]))
-        .expect("lock the job table");
+    let (idem, blocker) = lock_job_table(&api, &pg.url);
     let body = json!({"kind": "mail", "args": {"to": "a@example.com"}});
     let request = {
         let base = first.base.clone();
@@ -166,14 +159,7 @@ fn sigterm_lets_a_request_in_flight_finish() {
     };
     let mut server = start(tmp.path(), &pg.url);
     let api = Api::new(&server.base);
-    let idem = api
-        .rt
-        .block_on(Idem::open(&pg.url))
-        .expect("open the database");
-    let mut blocker = api.rt.block_on(idem.begin()).expect("begin");
-    api.rt
-        .block_on(blocker.execute("LOCK TABLE idem_job IN EXCLUSIVE MODE", &[]))
-        .expect("lock the job table");
+    let (idem, blocker) = lock_job_table(&api, &pg.url);
     let request = {
         let base = server.base.clone();
         std::thread::spawn(move || {
@@ -199,6 +185,17 @@ fn sigterm_lets_a_request_in_flight_finish() {
     let status = server.running.exit();
     assert!(status.success(), "{status}: {}", server.running.output());
     api.rt.block_on(idem.store().close());
+}
+
+/// A client on `url` and a transaction of its holding the job table locked against
+/// inserts: a keyed enqueue then stops inside its handler, after its reservation.
+fn lock_job_table(api: &Api, url: &str) -> (Idem, idem::Tx) {
+    let idem = api.rt.block_on(Idem::open(url)).expect("open the database");
+    let mut blocker = api.rt.block_on(idem.begin()).expect("begin");
+    api.rt
+        .block_on(blocker.execute("LOCK TABLE idem_job IN EXCLUSIVE MODE", &[]))
+        .expect("lock the job table");
+    (idem, blocker)
 }
 
 /// Waits until a request has reserved its Idempotency-Key (the reservation commits
