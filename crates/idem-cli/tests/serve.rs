@@ -44,10 +44,16 @@ fn refusals_come_before_the_server_listens() {
 }
 
 fn start(tmp: &std::path::Path, url: &str) -> Serve {
+    start_with(tmp, url, &[])
+}
+
+/// [`start`] with more arguments (a `--config`).
+fn start_with(tmp: &std::path::Path, url: &str, more: &[&str]) -> Serve {
     let mut cmd = idem(tmp);
     cmd.current_dir(tmp)
         .args(["--database-url", url, "serve", "--no-workers"])
         .args(["--listen", "127.0.0.1:0"])
+        .args(more)
         .env("IDEM_API_TOKENS", format!("shop={TOKEN}"))
         .env_remove("IDEM_CONFIG");
     Serve::start(cmd)
@@ -219,4 +225,58 @@ fn wait_for_reservation(api: &Api, idem: &Idem) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// With `--no-workers` the rescuer still runs (it did not at first, though the startup
+/// line said so): a claim whose worker died is taken back once its lease ends. The
+/// rescue runs on the server's real clock, so the test polls the job, with a deadline
+/// that only guards against a hang.
+fn no_workers_still_rescues(tmp: &std::path::Path, url: &str) {
+    let config = tmp.join("idem.toml");
+    std::fs::write(
+        &config,
+        "[worker]\nlease = \"3s\"\nrescue_interval = \"200ms\"\n",
+    )
+    .unwrap();
+    let config = config.display().to_string();
+    let server = start_with(tmp, url, &["--config", &config]);
+    let api = Api::new(&server.base);
+    let (status, enqueued) = api.post("/v1/jobs", TOKEN, json!({"kind": "py", "queue": "q"}));
+    assert_eq!(status, 201, "{enqueued}");
+    let id = enqueued["job"]["id"].as_i64().unwrap();
+    let claim = json!({"queue": "q", "kinds": ["py"], "lease_ms": 1000, "worker": "dies"});
+    let (status, claimed) = api.post("/v1/claims", TOKEN, claim);
+    assert_eq!(status, 200, "{claimed}");
+    assert_eq!(claimed["jobs"][0]["id"].as_i64(), Some(id));
+    // The worker dies now, holding the job.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut state = String::new();
+    while Instant::now() < deadline {
+        let job = api.get(&format!("/v1/jobs/{id}"), TOKEN);
+        state = job["state"].as_str().unwrap().to_string();
+        if state != "running" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_ne!(
+        state, "running",
+        "a claim whose worker died was never rescued under idem serve --no-workers"
+    );
+}
+
+#[test]
+fn sqlite_no_workers_still_rescues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let url = migrated_sqlite(tmp.path(), &tmp.path().join("idem.db"));
+    no_workers_still_rescues(tmp.path(), &url);
+}
+
+#[test]
+fn postgres_no_workers_still_rescues() {
+    let tmp = tempfile::tempdir().unwrap();
+    let Some(pg) = PgSchema::migrated(tmp.path()) else {
+        return;
+    };
+    no_workers_still_rescues(tmp.path(), &pg.url);
 }
