@@ -141,7 +141,7 @@ impl JobArgs {
     }
 }
 
-fn parse_json(flag: &str, text: &str) -> anyhow::Result<serde_json::Value> {
+pub fn parse_json(flag: &str, text: &str) -> anyhow::Result<serde_json::Value> {
     serde_json::from_str(text)
         .map_err(|e| anyhow::anyhow!("{flag} is not valid JSON: {text:?}: {e}"))
         .or_exit(Exit::Usage)

@@ -127,7 +127,7 @@ pub async fn show_job(idem: &Idem, show: &ShowArgs) -> anyhow::Result<JobRow> {
 }
 
 /// One line per job; the last error cut to one line (`show` has it in full).
-fn job_table(rows: &[JobRow]) -> Table {
+pub fn job_table(rows: &[JobRow]) -> Table {
     let mut table = Table::new(&[
         right("id"),
         left("state", 10),

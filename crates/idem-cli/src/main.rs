@@ -6,6 +6,7 @@
 //! `config`, `worker`, `intents`, `reconcile`, `demo/`, `bench/`); the database they open (`database`), how they print
 //! (`output`, `table`, `show`) and how they exit (`exit`) are shared.
 
+mod batches;
 mod bench;
 mod config;
 mod database;
@@ -88,6 +89,10 @@ enum Command {
     /// List, show and cancel jobs
     #[command(subcommand)]
     Jobs(jobs::JobsCommand),
+    /// Create, add to, seal, list and show batches: child jobs whose last one to finish
+    /// enqueues one successor
+    #[command(subcommand)]
+    Batches(batches::BatchesCommand),
     /// Job counts per queue and state
     Queues(output::Format),
     /// List, inspect, retry and discard dead jobs
@@ -156,6 +161,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Intents(cmd) => intents::run(&db(), cmd).await,
         Command::Reconcile(args) => reconcile::run(&db(), args).await,
         Command::Jobs(cmd) => jobs::run(&db(), cmd).await,
+        Command::Batches(cmd) => batches::run(&db(), cmd).await,
         Command::Queues(format) => queues::run(&db(), format).await,
         Command::Dead(cmd) => dead::dead(&db(), cmd).await,
         Command::Purge(args) => dead::purge(&db(), args).await,

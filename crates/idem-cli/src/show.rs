@@ -17,6 +17,8 @@ fn render_job(job: &JobRow, attempts: &[AttemptRow]) -> String {
         out += &format!("  {name:<14}{value}\n");
     }
     out += &block("last error", job.last_error.as_deref());
+    let result = job.result.as_ref().map(|r| r.to_string());
+    out += &block("result", result.as_deref());
     out += &format!("attempts ({})\n", attempts.len());
     for a in attempts {
         out += &format!(
@@ -51,12 +53,15 @@ fn fields(job: &JobRow) -> Vec<(&'static str, String)> {
         ("created at", time(Some(job.created_at))),
         ("attempted at", time(job.attempted_at)),
         ("finalized at", time(job.finalized_at)),
-        (
-            "batch",
-            job.batch_id.map_or("-".to_owned(), |b| b.to_string()),
-        ),
+        ("batch", id_or_dash(job.batch_id)),
+        ("follows job", id_or_dash(job.follows_job)),
+        ("follows batch", id_or_dash(job.follows_batch)),
         ("args", job.args.to_string()),
     ]
+}
+
+fn id_or_dash(id: Option<i64>) -> String {
+    id.map_or("-".to_owned(), |b| b.to_string())
 }
 
 /// A heading and `text` below it, every line indented; `-` when there is none.

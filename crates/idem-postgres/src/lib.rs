@@ -30,10 +30,11 @@ mod tx;
 mod value;
 
 use async_trait::async_trait;
+use idem_store::fast_path;
 use idem_store::{
     AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
-    JobHeartbeat, JobInsert, JobList, JobRescue, JobRetry, JobRow, LeaseRenewal, Purge,
-    PurgeTarget, QueueCount, SqlValue, Store, StoreResult, StoreTx, Timestamp, Wakeups,
+    JobHeartbeat, JobInsert, JobList, JobRetry, JobRow, LeaseRenewal, Purge, PurgeTarget,
+    QueueCount, SqlValue, Store, StoreResult, StoreTx, Timestamp, Wakeups,
 };
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
@@ -175,6 +176,22 @@ impl Store for PgStore {
         ops::intent::get(&self.pool, key).await
     }
 
+    async fn batch_get(&self, batch_id: i64) -> StoreResult<Option<idem_store::BatchRow>> {
+        ops::batch::get(&self.pool, batch_id).await
+    }
+
+    async fn batch_list(&self, p: idem_store::BatchList) -> StoreResult<Vec<idem_store::BatchRow>> {
+        ops::batch::list(&self.pool, p).await
+    }
+
+    async fn batch_children(&self, p: idem_store::BatchChildren) -> StoreResult<Vec<JobRow>> {
+        ops::batch::children(&self.pool, p).await
+    }
+
+    async fn batch_states(&self, batch_id: i64) -> StoreResult<Vec<(idem_store::JobState, i64)>> {
+        ops::batch::states(&self.pool, batch_id).await
+    }
+
     async fn intent_list(
         &self,
         p: idem_store::IntentList,
@@ -246,20 +263,23 @@ impl Store for PgStore {
         ops::job::heartbeat(&self.pool, p).await
     }
 
+    // Completions and failures of jobs outside batches are one statement each; what that
+    // statement leaves alone (children of batches, and stale claims, which are refused
+    // again) goes through a transaction that counts the batch (`StoreTx`'s methods).
+
     async fn job_complete_many(&self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        ops::job::complete_many(&self.pool, p).await
+        let done = ops::job::complete_many(&self.pool, p.clone(), false).await?;
+        fast_path::complete_many_rest(self, p, done).await
     }
 
     async fn job_complete(&self, p: JobComplete) -> StoreResult<JobRow> {
-        ops::job::complete(&self.pool, p).await
+        let first = ops::job::complete(&self.pool, p.clone(), false).await;
+        fast_path::complete_rest(self, p, first).await
     }
 
     async fn job_fail(&self, p: JobFail) -> StoreResult<JobRow> {
-        ops::job::fail(&self.pool, p).await
-    }
-
-    async fn job_rescue(&self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
-        ops::job::rescue(&self.pool, p).await
+        let first = ops::job::fail(&self.pool, p.clone(), false).await;
+        fast_path::fail_rest(self, p, first).await
     }
 
     /// One statement on a pooled connection, without `BEGIN`/`COMMIT` (the read-back

@@ -1,5 +1,6 @@
 //! Operators' actions on jobs that may be running (cancel, dead-letter retry, discard),
-//! each in a transaction of its own whose lock waits end after
+//! each the [`StoreTx`] method (which counts a batch's children too) in a transaction of
+//! its own whose lock waits end after
 //! [`crate::PgOptions::operator_lock_timeout`] (`SET LOCAL lock_timeout`).
 //!
 //! A cancel waits for a job's row when a worker's effect transaction holds it
@@ -11,24 +12,10 @@
 
 use std::time::Duration;
 
-use idem_store::{JobCancel, JobDiscard, JobRetry, JobRow, StoreError, StoreResult};
-use sqlx::{PgPool, Postgres, Transaction};
+use idem_store::{JobCancel, JobDiscard, JobRetry, JobRow, StoreError, StoreResult, StoreTx};
+use sqlx::PgPool;
 
-use crate::connect::BEGIN;
-use crate::error::interpret_error;
-use crate::ops;
-
-/// A transaction whose lock waits end after `timeout`.
-async fn begin(pool: &PgPool, timeout: Duration) -> StoreResult<Transaction<'static, Postgres>> {
-    let mut tx = pool.begin_with(BEGIN).await.map_err(interpret_error)?;
-    let ms = crate::connect::millis_text(timeout);
-    sqlx::query("SELECT set_config('lock_timeout', $1, true)")
-        .bind(ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(interpret_error)?;
-    Ok(tx)
-}
+use crate::PgTx;
 
 /// `Busy` errors of an operator's action say what held the rows it waited for.
 fn explain(e: StoreError, what: &str, timeout: Duration) -> StoreError {
@@ -42,32 +29,33 @@ fn explain(e: StoreError, what: &str, timeout: Duration) -> StoreError {
     }
 }
 
+/// Runs `op` in a transaction whose lock waits end after `t`, and commits it; a `Busy`
+/// error names `what` was locked.
+async fn run<R, F>(pool: &PgPool, t: Duration, what: String, op: F) -> StoreResult<R>
+where
+    F: for<'a> FnOnce(
+        &'a mut PgTx,
+    ) -> std::pin::Pin<
+        Box<dyn std::future::Future<Output = StoreResult<R>> + Send + 'a>,
+    >,
+{
+    let mut tx = PgTx::begin_with_lock_timeout(pool, t).await?;
+    let out = op(&mut tx).await.map_err(|e| explain(e, &what, t))?;
+    Box::new(tx).commit().await?;
+    Ok(out)
+}
+
 pub(crate) async fn cancel(pool: &PgPool, t: Duration, p: JobCancel) -> StoreResult<JobRow> {
     let what = format!("job {}", p.job_id);
-    let mut tx = begin(pool, t).await?;
-    let row = ops::job::cancel(&mut tx, p)
-        .await
-        .map_err(|e| explain(e, &what, t))?;
-    tx.commit().await.map_err(interpret_error)?;
-    Ok(row)
+    run(pool, t, what, |tx| Box::pin(tx.job_cancel(p))).await
 }
 
 pub(crate) async fn retry(pool: &PgPool, t: Duration, p: JobRetry) -> StoreResult<Vec<JobRow>> {
     let what = format!("one of jobs {:?}", p.ids);
-    let mut tx = begin(pool, t).await?;
-    let rows = ops::job::retry(&mut *tx, p)
-        .await
-        .map_err(|e| explain(e, &what, t))?;
-    tx.commit().await.map_err(interpret_error)?;
-    Ok(rows)
+    run(pool, t, what, |tx| Box::pin(tx.job_retry(p))).await
 }
 
 pub(crate) async fn discard(pool: &PgPool, t: Duration, p: JobDiscard) -> StoreResult<Vec<i64>> {
     let what = format!("one of jobs {:?}", p.ids);
-    let mut tx = begin(pool, t).await?;
-    let ids = ops::job::discard(&mut *tx, p)
-        .await
-        .map_err(|e| explain(e, &what, t))?;
-    tx.commit().await.map_err(interpret_error)?;
-    Ok(ids)
+    run(pool, t, what, |tx| Box::pin(tx.job_discard(p))).await
 }

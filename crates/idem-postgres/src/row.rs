@@ -7,8 +7,9 @@
 //! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
 
 use idem_store::{
-    AttemptRow, EffectRecord, HttpKeyRow, HttpKeyState, Inserted, IntentRow, JobRow, LeaseRenewal,
-    LedgerEntry, LedgerMismatch, QueueCount, QueueWaiting, StoreResult, Timestamp,
+    AttemptRow, BatchRow, Completed, EffectRecord, HttpKeyRow, HttpKeyState, Inserted, IntentRow,
+    JobRow, JobState, LeaseRenewal, LedgerEntry, LedgerMismatch, NewJob, QueueCount, QueueWaiting,
+    StoreResult, Timestamp,
 };
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -130,7 +131,49 @@ pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
         snoozes: get(row, "snoozes")?,
         enqueue_key: get(row, "enqueue_key")?,
         principal: get(row, "principal")?,
+        follows_job: get(row, "follows_job_id")?,
+        follows_batch: get(row, "follows_batch_id")?,
+        result: get(row, "result")?,
     })
+}
+
+/// A row of `job/complete_many.sql`.
+pub(crate) fn completed(row: &PgRow) -> StoreResult<Completed> {
+    Ok(Completed {
+        job_id: get(row, "id")?,
+        batch_id: get(row, "batch_id")?,
+    })
+}
+
+/// An `idem_batch` row.
+pub(crate) fn batch(row: &PgRow) -> StoreResult<BatchRow> {
+    let spec = |col: &str| -> StoreResult<Option<NewJob>> {
+        get::<Option<sqlx::types::Json<NewJob>>>(row, col).map(|j| j.map(|j| j.0))
+    };
+    Ok(BatchRow {
+        id: get(row, "id")?,
+        state: get::<String>(row, "state")?.parse()?,
+        total: get(row, "total")?,
+        completed: get(row, "completed")?,
+        dead: get(row, "dead")?,
+        cancelled: get(row, "cancelled")?,
+        on_dead: get::<String>(row, "on_dead")?.parse()?,
+        successor: spec("successor")?.ok_or_else(|| {
+            idem_store::StoreError::Database("a batch row has no successor".into())
+        })?,
+        failure_successor: spec("failure_successor")?,
+        key_window_ms: get(row, "key_window_ms")?,
+        successor_job_id: get(row, "successor_job_id")?,
+        principal: get(row, "principal")?,
+        created_at: get(row, "created_at")?,
+        sealed_at: get(row, "sealed_at")?,
+        finished_at: get(row, "finished_at")?,
+    })
+}
+
+/// A row of `batch/states.sql`.
+pub(crate) fn state_count(row: &PgRow) -> StoreResult<(JobState, i64)> {
+    Ok((get::<String>(row, "state")?.parse()?, get(row, "n")?))
 }
 
 /// A row of `job/heartbeat.sql`.

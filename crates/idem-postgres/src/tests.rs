@@ -99,6 +99,9 @@ fn new_job(queue: &str) -> NewJob {
         enqueue_key: None,
         claim: None,
         principal: None,
+        batch_id: None,
+        follows_job: None,
+        follows_batch: None,
     }
 }
 
@@ -119,7 +122,13 @@ async fn complete(
     lease: LeaseToken,
     now: Option<Timestamp>,
 ) -> StoreResult<JobRow> {
-    store.job_complete(JobComplete { lease, now }).await
+    store
+        .job_complete(JobComplete {
+            lease,
+            result: None,
+            now,
+        })
+        .await
 }
 
 async fn fail(
@@ -188,7 +197,11 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
             .unwrap();
         let leases = claimed.iter().map(|j| j.lease_token()).collect();
         let done = store
-            .job_complete_many(idem_store::JobCompleteMany { leases, now: None })
+            .job_complete_many(idem_store::JobCompleteMany {
+                leases,
+                results: Vec::new(),
+                now: None,
+            })
             .await
             .unwrap();
         assert_eq!(done.len(), 500);

@@ -6,12 +6,12 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake,
-    HttpKeyComplete, HttpKeyRelease, HttpKeyReserve, HttpKeyReserved, IntentBegin, IntentBegun,
-    IntentFinish, IntentRenew, IntentResolve, IntentRow, JobCancel, JobClaim, JobComplete,
-    JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry,
-    JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreResult,
-    StoreTx,
+    Backend, BatchCount, BatchFinish, BatchInsert, BatchRow, BatchSeal, Completed, CounterAssigned,
+    CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, HttpKeyComplete, HttpKeyRelease,
+    HttpKeyReserve, HttpKeyReserved, IntentBegin, IntentBegun, IntentFinish, IntentRenew,
+    IntentResolve, IntentRow, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard,
+    JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry, JobRow, JobState, LeaseRenewal,
+    LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreResult, StoreTx,
 };
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -31,6 +31,21 @@ impl PgTx {
             .await
             .map_err(interpret_error)?;
         Ok(PgTx { tx })
+    }
+
+    /// A transaction whose lock waits end after `timeout` (`SET LOCAL lock_timeout`).
+    pub(crate) async fn begin_with_lock_timeout(
+        pool: &PgPool,
+        timeout: std::time::Duration,
+    ) -> StoreResult<Self> {
+        let mut tx = PgTx::begin(pool).await?;
+        let ms = crate::connect::millis_text(timeout);
+        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+            .bind(ms)
+            .execute(&mut *tx.tx)
+            .await
+            .map_err(interpret_error)?;
+        Ok(tx)
     }
 
     /// The sqlx transaction, for a caller's own statements with sqlx's API.
@@ -76,7 +91,7 @@ impl StoreTx for PgTx {
         ops::job::get_many(&mut *self.tx, ids).await
     }
 
-    async fn job_retry(&mut self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+    async fn job_retry_rows(&mut self, p: JobRetry) -> StoreResult<Vec<(JobRow, JobState)>> {
         ops::job::retry(&mut *self.tx, p).await
     }
 
@@ -96,28 +111,56 @@ impl StoreTx for PgTx {
         ops::job::heartbeat(&mut *self.tx, p).await
     }
 
-    async fn job_complete_many(&mut self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        ops::job::complete_many(&mut *self.tx, p).await
+    async fn job_complete_many_rows(&mut self, p: JobCompleteMany) -> StoreResult<Vec<Completed>> {
+        ops::job::complete_many(&mut *self.tx, p, true).await
     }
 
     async fn job_lock(&mut self, p: JobLock) -> StoreResult<JobRow> {
         ops::job::lock(&mut *self.tx, p).await
     }
 
-    async fn job_complete(&mut self, p: JobComplete) -> StoreResult<JobRow> {
-        ops::job::complete(&mut *self.tx, p).await
+    async fn job_complete_row(&mut self, p: JobComplete) -> StoreResult<JobRow> {
+        ops::job::complete(&mut *self.tx, p, true).await
     }
 
-    async fn job_fail(&mut self, p: JobFail) -> StoreResult<JobRow> {
-        ops::job::fail(&mut *self.tx, p).await
+    async fn job_fail_row(&mut self, p: JobFail) -> StoreResult<JobRow> {
+        ops::job::fail(&mut *self.tx, p, true).await
     }
 
-    async fn job_rescue(&mut self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
+    async fn job_rescue_rows(&mut self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
         ops::job::rescue(&mut *self.tx, p).await
     }
 
-    async fn job_cancel(&mut self, p: JobCancel) -> StoreResult<JobRow> {
+    async fn job_cancel_row(&mut self, p: JobCancel) -> StoreResult<JobRow> {
         ops::job::cancel(&mut self.tx, p).await
+    }
+
+    async fn batch_insert(&mut self, p: BatchInsert) -> StoreResult<BatchRow> {
+        ops::batch::insert(&mut *self.tx, p).await
+    }
+
+    async fn batch_shards_add(&mut self, p: BatchCount) -> StoreResult<()> {
+        ops::batch::shards_add(&mut *self.tx, p).await
+    }
+
+    async fn batch_count(&mut self, p: BatchCount) -> StoreResult<Vec<i32>> {
+        ops::batch::count(&mut *self.tx, p).await
+    }
+
+    async fn batch_lock(&mut self, batch_id: i64, open_only: bool) -> StoreResult<bool> {
+        ops::batch::lock(&mut *self.tx, batch_id, open_only).await
+    }
+
+    async fn batch_seal_row(&mut self, p: BatchSeal) -> StoreResult<bool> {
+        ops::batch::seal(&mut *self.tx, p).await
+    }
+
+    async fn batch_finish(&mut self, p: BatchFinish) -> StoreResult<bool> {
+        ops::batch::finish(&mut *self.tx, p).await
+    }
+
+    async fn batch_get(&mut self, batch_id: i64) -> StoreResult<Option<BatchRow>> {
+        ops::batch::get(&mut *self.tx, batch_id).await
     }
 
     async fn effect_claim(&mut self, p: EffectClaim) -> StoreResult<EffectClaimed> {

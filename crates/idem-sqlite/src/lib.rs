@@ -37,10 +37,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use idem_store::fast_path;
 use idem_store::{
-    AttemptRow, Backend, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
-    JobHeartbeat, JobInsert, JobList, JobRescue, JobRetry, JobRow, LeaseRenewal, Purge,
-    PurgeTarget, QueueCount, SqlValue, Store, StoreResult, StoreTx, Timestamp,
+    AttemptRow, Backend, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat,
+    JobInsert, JobList, JobRow, LeaseRenewal, Purge, PurgeTarget, QueueCount, SqlValue, Store,
+    StoreResult, StoreTx, Timestamp,
 };
 use rusqlite::Connection;
 use tokio::sync::Mutex;
@@ -214,6 +215,26 @@ impl Store for SqliteStore {
         self.readers.run(move |c| ops::intent::get(c, &key)).await
     }
 
+    async fn batch_get(&self, batch_id: i64) -> StoreResult<Option<idem_store::BatchRow>> {
+        self.readers
+            .run(move |c| ops::batch::get(c, batch_id))
+            .await
+    }
+
+    async fn batch_list(&self, p: idem_store::BatchList) -> StoreResult<Vec<idem_store::BatchRow>> {
+        self.readers.run(move |c| ops::batch::list(c, &p)).await
+    }
+
+    async fn batch_children(&self, p: idem_store::BatchChildren) -> StoreResult<Vec<JobRow>> {
+        self.readers.run(move |c| ops::batch::children(c, &p)).await
+    }
+
+    async fn batch_states(&self, batch_id: i64) -> StoreResult<Vec<(idem_store::JobState, i64)>> {
+        self.readers
+            .run(move |c| ops::batch::states(c, batch_id))
+            .await
+    }
+
     async fn intent_list(
         &self,
         p: idem_store::IntentList,
@@ -281,10 +302,6 @@ impl Store for SqliteStore {
         self.write(move |c| ops::job::insert(c, p)).await
     }
 
-    async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
-        self.write(move |c| ops::job::retry(c, &p)).await
-    }
-
     async fn job_discard(&self, p: JobDiscard) -> StoreResult<Vec<i64>> {
         self.write(move |c| ops::job::discard(c, &p)).await
     }
@@ -308,24 +325,30 @@ impl Store for SqliteStore {
         self.write(move |c| ops::job::heartbeat(c, &p)).await
     }
 
+    // Completions and failures of jobs outside batches take one hop each; what that hop
+    // leaves alone (children of batches, and stale claims, which are refused again) goes
+    // through a transaction that counts the batch (`StoreTx`'s methods).
+
     async fn job_complete(&self, p: JobComplete) -> StoreResult<JobRow> {
-        self.write(move |c| ops::job::complete(c, &p)).await
+        let first = p.clone();
+        let first = self
+            .write(move |c| ops::job::complete(c, &first, false))
+            .await;
+        fast_path::complete_rest(self, p, first).await
     }
 
     async fn job_complete_many(&self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        self.write(move |c| ops::job::complete_many(c, &p)).await
+        let first = p.clone();
+        let done = self
+            .write(move |c| ops::job::complete_many(c, &first, false))
+            .await?;
+        fast_path::complete_many_rest(self, p, done).await
     }
 
     async fn job_fail(&self, p: JobFail) -> StoreResult<JobRow> {
-        self.write(move |c| ops::job::fail(c, &p)).await
-    }
-
-    async fn job_rescue(&self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
-        self.write(move |c| ops::job::rescue(c, &p)).await
-    }
-
-    async fn job_cancel(&self, p: JobCancel) -> StoreResult<JobRow> {
-        self.write(move |c| ops::job::cancel(c, &p)).await
+        let first = p.clone();
+        let first = self.write(move |c| ops::job::fail(c, &first, false)).await;
+        fast_path::fail_rest(self, p, first).await
     }
 }
 

@@ -2,8 +2,9 @@
 
 use chrono::TimeZone;
 use idem_store::{
-    AttemptRow, EffectRecord, HttpKeyRow, Inserted, IntentRow, JobRow, LeaseRenewal, LedgerEntry,
-    LedgerMismatch, QueueCount, QueueWaiting, StoreError, StoreResult, Timestamp,
+    AttemptRow, BatchRow, Completed, EffectRecord, HttpKeyRow, Inserted, IntentRow, JobRow,
+    JobState, LeaseRenewal, LedgerEntry, LedgerMismatch, QueueCount, QueueWaiting, StoreError,
+    StoreResult, Timestamp,
 };
 use rusqlite::Row;
 use rusqlite::types::FromSql;
@@ -151,7 +152,53 @@ pub(crate) fn job(row: &Row<'_>) -> StoreResult<JobRow> {
         snoozes: get(row, "snoozes")?,
         enqueue_key: get(row, "enqueue_key")?,
         principal: get(row, "principal")?,
+        follows_job: get(row, "follows_job_id")?,
+        follows_batch: get(row, "follows_batch_id")?,
+        result: get::<Option<String>>(row, "result")?
+            .map(|r| json(&r, "result"))
+            .transpose()?,
     })
+}
+
+/// A row of `job/complete_many.sql`.
+pub(crate) fn completed(row: &Row<'_>) -> StoreResult<Completed> {
+    Ok(Completed {
+        job_id: get(row, "id")?,
+        batch_id: get(row, "batch_id")?,
+    })
+}
+
+/// A row of `job/states.sql`.
+pub(crate) fn job_state(row: &Row<'_>) -> StoreResult<(i64, JobState)> {
+    Ok((get(row, "id")?, get::<String>(row, "state")?.parse()?))
+}
+
+/// An `idem_batch` row.
+pub(crate) fn batch(row: &Row<'_>) -> StoreResult<BatchRow> {
+    let successor: String = get(row, "successor")?;
+    let failure: Option<String> = get(row, "failure_successor")?;
+    Ok(BatchRow {
+        id: get(row, "id")?,
+        state: get::<String>(row, "state")?.parse()?,
+        total: get(row, "total")?,
+        completed: get(row, "completed")?,
+        dead: get(row, "dead")?,
+        cancelled: get(row, "cancelled")?,
+        on_dead: get::<String>(row, "on_dead")?.parse()?,
+        successor: json(&successor, "successor")?,
+        failure_successor: failure.map(|f| json(&f, "failure_successor")).transpose()?,
+        key_window_ms: get(row, "key_window_ms")?,
+        successor_job_id: get(row, "successor_job_id")?,
+        principal: get(row, "principal")?,
+        created_at: ts(row, "created_at")?,
+        sealed_at: opt_ts(row, "sealed_at")?,
+        finished_at: opt_ts(row, "finished_at")?,
+    })
+}
+
+/// A row of `batch/states.sql`.
+pub(crate) fn state_count(row: &Row<'_>) -> StoreResult<(JobState, i64)> {
+    Ok((get::<String>(row, "state")?.parse()?, get(row, "n")?))
 }
 
 /// A row of `job/heartbeat.sql`.

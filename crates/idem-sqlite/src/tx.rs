@@ -12,12 +12,12 @@ use std::any::Any;
 
 use async_trait::async_trait;
 use idem_store::{
-    Backend, CounterAssigned, CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake,
-    HttpKeyComplete, HttpKeyRelease, HttpKeyReserve, HttpKeyReserved, IntentBegin, IntentBegun,
-    IntentFinish, IntentRenew, IntentResolve, IntentRow, JobCancel, JobClaim, JobComplete,
-    JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry,
-    JobRow, LeaseRenewal, LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreResult,
-    StoreTx,
+    Backend, BatchCount, BatchFinish, BatchInsert, BatchRow, BatchSeal, Completed, CounterAssigned,
+    CounterNext, EffectClaim, EffectClaimed, EnqueueKeyTake, HttpKeyComplete, HttpKeyRelease,
+    HttpKeyReserve, HttpKeyReserved, IntentBegin, IntentBegun, IntentFinish, IntentRenew,
+    IntentResolve, IntentRow, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard,
+    JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry, JobRow, JobState, LeaseRenewal,
+    LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreResult, StoreTx,
 };
 use rusqlite::Connection;
 use tokio::sync::OwnedMutexGuard;
@@ -157,7 +157,7 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::job::get_many(c, &ids)).await
     }
 
-    async fn job_retry(&mut self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+    async fn job_retry_rows(&mut self, p: JobRetry) -> StoreResult<Vec<(JobRow, JobState)>> {
         self.run(move |c| ops::job::retry(c, &p)).await
     }
 
@@ -181,24 +181,54 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::job::lock(c, &p)).await
     }
 
-    async fn job_complete(&mut self, p: JobComplete) -> StoreResult<JobRow> {
-        self.run(move |c| ops::job::complete(c, &p)).await
+    async fn job_complete_row(&mut self, p: JobComplete) -> StoreResult<JobRow> {
+        self.run(move |c| ops::job::complete(c, &p, true)).await
     }
 
-    async fn job_complete_many(&mut self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        self.run(move |c| ops::job::complete_many(c, &p)).await
+    async fn job_complete_many_rows(&mut self, p: JobCompleteMany) -> StoreResult<Vec<Completed>> {
+        self.run(move |c| ops::job::complete_many(c, &p, true))
+            .await
     }
 
-    async fn job_fail(&mut self, p: JobFail) -> StoreResult<JobRow> {
-        self.run(move |c| ops::job::fail(c, &p)).await
+    async fn job_fail_row(&mut self, p: JobFail) -> StoreResult<JobRow> {
+        self.run(move |c| ops::job::fail(c, &p, true)).await
     }
 
-    async fn job_rescue(&mut self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
+    async fn job_rescue_rows(&mut self, p: JobRescue) -> StoreResult<Vec<JobRow>> {
         self.run(move |c| ops::job::rescue(c, &p)).await
     }
 
-    async fn job_cancel(&mut self, p: JobCancel) -> StoreResult<JobRow> {
+    async fn job_cancel_row(&mut self, p: JobCancel) -> StoreResult<JobRow> {
         self.run(move |c| ops::job::cancel(c, &p)).await
+    }
+
+    async fn batch_insert(&mut self, p: BatchInsert) -> StoreResult<BatchRow> {
+        self.run(move |c| ops::batch::insert(c, &p)).await
+    }
+
+    async fn batch_shards_add(&mut self, p: BatchCount) -> StoreResult<()> {
+        self.run(move |c| ops::batch::shards_add(c, &p)).await
+    }
+
+    async fn batch_count(&mut self, p: BatchCount) -> StoreResult<Vec<i32>> {
+        self.run(move |c| ops::batch::count(c, &p)).await
+    }
+
+    async fn batch_lock(&mut self, batch_id: i64, open_only: bool) -> StoreResult<bool> {
+        self.run(move |c| ops::batch::lock(c, batch_id, open_only))
+            .await
+    }
+
+    async fn batch_seal_row(&mut self, p: BatchSeal) -> StoreResult<bool> {
+        self.run(move |c| ops::batch::seal(c, &p)).await
+    }
+
+    async fn batch_finish(&mut self, p: BatchFinish) -> StoreResult<bool> {
+        self.run(move |c| ops::batch::finish(c, &p)).await
+    }
+
+    async fn batch_get(&mut self, batch_id: i64) -> StoreResult<Option<BatchRow>> {
+        self.run(move |c| ops::batch::get(c, batch_id)).await
     }
 
     async fn effect_claim(&mut self, p: EffectClaim) -> StoreResult<EffectClaimed> {

@@ -39,6 +39,9 @@ pub fn at(ms: i64) -> Timestamp {
 /// A job of `kind` in [`QUEUE`]: args `{}`, priority 0, due now, [`MAX_ATTEMPTS`] attempts.
 pub fn job(kind: &str) -> NewJob {
     NewJob {
+        batch_id: None,
+        follows_job: None,
+        follows_batch: None,
         kind: kind.to_owned(),
         queue: QUEUE.to_owned(),
         args: serde_json::json!({}),
@@ -137,6 +140,7 @@ pub async fn outcomes(db: &TestDb, id: i64) -> Vec<idem_store::AttemptOutcome> {
 /// Completes a claim at `now`.
 pub async fn complete(db: &TestDb, lease: LeaseToken, now: Timestamp) -> StoreResult<JobRow> {
     let params = JobComplete {
+        result: None,
         lease,
         now: Some(now),
     };

@@ -3,7 +3,7 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    counter::*, effect::*, enqueue_key::*, http_key::*, intent::*, intent_attack::*,
+    batch::*, counter::*, effect::*, enqueue_key::*, http_key::*, intent::*, intent_attack::*,
     intent_race::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*, job_insert::*,
     job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, principal::*, purge::*, tx::*,
 };
@@ -206,6 +206,28 @@ idem_store_tests::store_cases!(
     principal_list_filters_by_principal,
     principal_claim_takes_only_that_principals_jobs,
     principal_intent_list_by_principal,
+    // batch
+    batch_create_add_and_seal_count_the_children,
+    batch_reads_list_page_and_count,
+    batch_sealed_empty_finishes_at_once,
+    batch_children_completing_enqueue_the_successor_once,
+    batch_complete_many_counts_the_children_of_each_batch,
+    batch_counts_dead_and_cancelled_children,
+    batch_on_dead_chooses_the_successor,
+    batch_create_refuses_an_invalid_spec,
+    batch_retry_of_a_child_takes_it_out_of_the_count,
+    batch_retry_after_the_successor_makes_no_second_one,
+    batch_stale_claim_of_a_child_counts_nothing,
+    batch_add_to_a_closed_batch_is_refused_and_writes_nothing,
+    batch_seal_twice_changes_nothing,
+    batch_add_of_held_keys_counts_each_child_once,
+    batch_children_keep_the_results_they_complete_with,
+    batch_create_rolls_back_with_its_transaction,
+    batch_last_children_completing_at_once_enqueue_one_successor,
+    batch_seal_waits_for_the_last_completion_and_finishes,
+    batch_last_completion_waits_for_the_seal_and_finishes,
+    batch_add_waiting_for_a_seal_is_refused,
+    batch_purge_deletes_finished_batches_only,
 );
 
 idem_store_tests::postgres_cases!(

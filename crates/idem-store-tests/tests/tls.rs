@@ -73,6 +73,9 @@ async fn a_verified_tls_connection_runs_the_job_lifecycle() {
         enqueue_key: None,
         claim: None,
         principal: None,
+        batch_id: None,
+        follows_job: None,
+        follows_batch: None,
     };
     let inserted = store
         .job_insert(JobInsert {
@@ -94,7 +97,11 @@ async fn a_verified_tls_connection_runs_the_job_lifecycle() {
     assert_eq!(claimed.id, inserted[0].job.id);
     let lease = claimed.lease_token();
     store
-        .job_complete(JobComplete { lease, now: None })
+        .job_complete(JobComplete {
+            lease,
+            result: None,
+            now: None,
+        })
         .await
         .expect("complete");
     let sql = "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()";

@@ -131,6 +131,12 @@ pub struct JobRow {
     /// library or the CLI. A principal other than an operator sees and acts on its own
     /// jobs only.
     pub principal: Option<String>,
+    /// The job whose effect transaction enqueued this one (its chain predecessor).
+    pub follows_job: Option<i64>,
+    /// The batch whose successor this job is.
+    pub follows_batch: Option<i64>,
+    /// What the job completed with, if its handler set a result.
+    pub result: Option<serde_json::Value>,
 }
 
 impl JobRow {
@@ -173,6 +179,15 @@ pub struct NewJob {
     /// The HTTP API principal enqueuing the job (see [`JobRow::principal`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub principal: Option<String>,
+    /// The batch the job is a child of (set by the batch operations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch_id: Option<i64>,
+    /// The job whose effect transaction enqueues this one (see [`JobRow::follows_job`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follows_job: Option<i64>,
+    /// The batch whose successor this job is (set by the batch operations).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub follows_batch: Option<i64>,
 }
 
 /// The claim a job is inserted with (see [`NewJob::claim`]).
@@ -222,13 +237,16 @@ impl JobInsert {
                     attempted_at: claimed.as_ref().map(|_| i.created_at),
                     lease_expires_at: claimed.as_ref().map(|c| c.1),
                     lease_owner: claimed.map(|c| c.0),
-                    batch_id: None,
+                    batch_id: j.batch_id,
                     created_at: i.created_at,
                     finalized_at: None,
                     last_error: None,
                     snoozes: 0,
                     enqueue_key: j.enqueue_key,
                     principal: j.principal,
+                    follows_job: j.follows_job,
+                    follows_batch: j.follows_batch,
+                    result: None,
                 }
             })
             .collect())
@@ -367,10 +385,12 @@ impl JobLock {
 }
 
 /// Complete a running job under its current fence.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct JobComplete {
     /// The claim.
     pub lease: LeaseToken,
+    /// What the job completed with (kept as its `result`).
+    pub result: Option<serde_json::Value>,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
 }
@@ -380,8 +400,42 @@ pub struct JobComplete {
 pub struct JobCompleteMany {
     /// The claims. Those no longer current are absent from the result.
     pub leases: Vec<LeaseToken>,
+    /// The results of those jobs that completed with one, by job id.
+    pub results: Vec<(i64, serde_json::Value)>,
     /// Injected time, `None` = database clock.
     pub now: Option<Timestamp>,
+}
+
+impl JobCompleteMany {
+    /// The same completion for the leases not in `done` (those a first statement did not
+    /// complete), with their results.
+    pub fn without(&self, done: &[i64]) -> JobCompleteMany {
+        let done: std::collections::HashSet<i64> = done.iter().copied().collect();
+        JobCompleteMany {
+            leases: self
+                .leases
+                .iter()
+                .filter(|l| !done.contains(&l.job_id))
+                .copied()
+                .collect(),
+            results: self
+                .results
+                .iter()
+                .filter(|(id, _)| !done.contains(id))
+                .cloned()
+                .collect(),
+            now: self.now,
+        }
+    }
+}
+
+/// A job a completion statement completed: its id and its batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completed {
+    /// The job.
+    pub job_id: i64,
+    /// Its batch, if it is a child of one.
+    pub batch_id: Option<i64>,
 }
 
 /// Record a failed attempt under the current fence.

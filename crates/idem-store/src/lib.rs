@@ -15,10 +15,12 @@
 //!   wrappers that open one, call the [`StoreTx`] method and commit.
 #![warn(missing_docs)]
 
+pub mod batch;
 mod counter;
 mod effect;
 pub mod enqueue;
 mod error;
+pub mod fast_path;
 pub mod http_key;
 pub mod intent;
 mod job;
@@ -29,6 +31,10 @@ mod store;
 pub mod testing;
 mod value;
 
+pub use batch::{
+    BatchAdd, BatchAdded, BatchChildren, BatchCount, BatchCreate, BatchFinish, BatchInsert,
+    BatchList, BatchRow, BatchSeal, BatchState, BatchTally, OnDead, ShardCount,
+};
 pub use counter::{CounterAssigned, CounterNext};
 pub use effect::{EffectClaim, EffectClaimed, EffectRecord};
 pub use error::{StoreError, StoreResult};
@@ -40,9 +46,10 @@ pub use intent::{
     IntentResolution, IntentResolve, IntentRow, IntentState, IntentToken,
 };
 pub use job::{
-    AttemptOutcome, AttemptRow, EnqueueKeyTake, Enqueued, InsertClaim, Inserted, JobCancel,
-    JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList, JobLock,
-    JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount, QueueWaiting,
+    AttemptOutcome, AttemptRow, Completed, EnqueueKeyTake, Enqueued, InsertClaim, Inserted,
+    JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList,
+    JobLock, JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
+    QueueWaiting,
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
 pub use maintenance::{JobDiscard, JobRetry, Purge, PurgeTarget};

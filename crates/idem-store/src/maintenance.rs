@@ -53,17 +53,21 @@ pub enum PurgeTarget {
     /// whatever their state, except a reservation whose lock outlives the cutoff (a
     /// request that may still be running keeps its key).
     HttpKeys,
+    /// Batches (`idem_batch`, with their shard counts) finished before the cutoff (the
+    /// finished jobs' window). Open and sealed batches are kept.
+    Batches,
 }
 
 impl PurgeTarget {
     /// Every target, in the order a purge runs them.
-    pub const ALL: [PurgeTarget; 6] = [
+    pub const ALL: [PurgeTarget; 7] = [
         PurgeTarget::EnqueueKeys,
         PurgeTarget::EffectKeys,
         PurgeTarget::Intents,
         PurgeTarget::FinishedJobs,
         PurgeTarget::DeadJobs,
         PurgeTarget::HttpKeys,
+        PurgeTarget::Batches,
     ];
 
     /// The name used in reports and on the command line.
@@ -75,6 +79,7 @@ impl PurgeTarget {
             PurgeTarget::FinishedJobs => "finished-jobs",
             PurgeTarget::DeadJobs => "dead-jobs",
             PurgeTarget::HttpKeys => "http-keys",
+            PurgeTarget::Batches => "batches",
         }
     }
 }

@@ -32,7 +32,7 @@ impl Migration {
 }
 
 /// How many migrations this build has.
-pub const COUNT: usize = 11;
+pub const COUNT: usize = 12;
 
 /// Every migration's version and name, the same on every store, in order.
 pub const NAMES: [(i64, &str); COUNT] = [
@@ -47,6 +47,7 @@ pub const NAMES: [(i64, &str); COUNT] = [
     (9, "intent"),
     (10, "job_enqueue_key"),
     (11, "http_key"),
+    (12, "batch"),
 ];
 
 /// A store's migrations: `sql[i]` is the store's SQL for `NAMES[i]`. A store that lacks

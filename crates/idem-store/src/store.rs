@@ -10,10 +10,12 @@ use std::any::Any;
 
 use async_trait::async_trait;
 
+use crate::batch::BatchTally;
 use crate::{
-    AttemptRow, Backend, EnqueueKeyTake, Enqueued, JobCancel, JobClaim, JobComplete,
-    JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobList, JobRescue, JobRetry,
-    JobRow, LeaseRenewal, Purge, PurgeTarget, QueueCount, SqlValue, StoreResult, Timestamp,
+    AttemptRow, Backend, BatchAdd, BatchAdded, BatchCount, BatchCreate, BatchRow, BatchSeal,
+    EnqueueKeyTake, Enqueued, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard,
+    JobFail, JobHeartbeat, JobInsert, JobList, JobRescue, JobRetry, JobRow, JobState, LeaseRenewal,
+    Purge, PurgeTarget, QueueCount, SqlValue, StoreResult, Timestamp,
 };
 
 /// Runs `$op` on a fresh transaction and commits it.
@@ -80,6 +82,18 @@ pub trait Store: Send + Sync + 'static {
 
     /// Intents matching the filters, in key order.
     async fn intent_list(&self, params: crate::IntentList) -> StoreResult<Vec<crate::IntentRow>>;
+
+    /// One batch by id.
+    async fn batch_get(&self, batch_id: i64) -> StoreResult<Option<BatchRow>>;
+
+    /// Batches matching the filters, newest first.
+    async fn batch_list(&self, params: crate::BatchList) -> StoreResult<Vec<BatchRow>>;
+
+    /// A page of a batch's children, in id order.
+    async fn batch_children(&self, params: crate::BatchChildren) -> StoreResult<Vec<JobRow>>;
+
+    /// How many of a batch's children are in each state (states with none left out).
+    async fn batch_states(&self, batch_id: i64) -> StoreResult<Vec<(JobState, i64)>>;
 
     /// Every account whose running total differs from the sum of its entries (including
     /// accounts with entries and no total).
@@ -211,6 +225,21 @@ pub trait Store: Send + Sync + 'static {
         in_tx!(self, job_cancel, params)
     }
 
+    /// [`StoreTx::batch_create`] in its own transaction.
+    async fn batch_create(&self, params: BatchCreate) -> StoreResult<BatchAdded> {
+        in_tx!(self, batch_create, params)
+    }
+
+    /// [`StoreTx::batch_add`] in its own transaction.
+    async fn batch_add(&self, params: BatchAdd) -> StoreResult<BatchAdded> {
+        in_tx!(self, batch_add, params)
+    }
+
+    /// [`StoreTx::batch_seal`] in its own transaction.
+    async fn batch_seal(&self, params: BatchSeal) -> StoreResult<BatchRow> {
+        in_tx!(self, batch_seal, params)
+    }
+
     /// [`StoreTx::http_key_reserve`] in its own transaction.
     async fn http_key_reserve(
         &self,
@@ -281,8 +310,21 @@ pub trait StoreTx: Send {
 
     /// Puts dead or cancelled jobs back to `available` now, with attempt 0 and no
     /// snoozes (a fresh start); their attempt history and fence are kept. Returns the
-    /// jobs changed.
-    async fn job_retry(&mut self, params: JobRetry) -> StoreResult<Vec<JobRow>>;
+    /// jobs changed. A child of a batch leaves its batch's counts.
+    async fn job_retry(&mut self, params: JobRetry) -> StoreResult<Vec<JobRow>> {
+        let now = params.now;
+        let rows = self.job_retry_rows(params).await?;
+        let mut tally = BatchTally::default();
+        for (job, was) in &rows {
+            tally.reopened(job.id, job.batch_id, *was);
+        }
+        crate::batch::settle(self, tally, now).await?;
+        Ok(rows.into_iter().map(|(job, _)| job).collect())
+    }
+
+    /// The statement of [`StoreTx::job_retry`], without the batch counts: each job
+    /// changed, with the state it left (read under its row lock).
+    async fn job_retry_rows(&mut self, params: JobRetry) -> StoreResult<Vec<(JobRow, JobState)>>;
 
     /// Deletes dead jobs with their attempt history and enqueue keys; returns the ids
     /// deleted.
@@ -307,28 +349,124 @@ pub trait StoreTx: Send {
     /// effect transaction. [`crate::StoreError::LeaseLost`] when not current.
     async fn job_lock(&mut self, params: crate::JobLock) -> StoreResult<JobRow>;
 
-    /// Completes a running job under its current fence and records the attempt.
-    /// [`crate::StoreError::LeaseLost`] when the claim is not current.
-    async fn job_complete(&mut self, params: JobComplete) -> StoreResult<JobRow>;
+    /// Completes a running job under its current fence and records the attempt; a child
+    /// of a batch moves its batch's counts (and may enqueue its successor, see
+    /// [`crate::batch`]). [`crate::StoreError::LeaseLost`] when the claim is not current.
+    async fn job_complete(&mut self, params: JobComplete) -> StoreResult<JobRow> {
+        let now = params.now;
+        let job = self.job_complete_row(params).await?;
+        settle_one(self, &job, now).await?;
+        Ok(job)
+    }
+
+    /// The statement of [`StoreTx::job_complete`], without the batch counts.
+    async fn job_complete_row(&mut self, params: JobComplete) -> StoreResult<JobRow>;
 
     /// Completes many running jobs, each under its own fence, in one statement, and
     /// records their attempts (in the same statement or one more, as the dialect allows);
-    /// returns the ids completed, in no particular
-    /// order. A lease absent from the result was not current: nothing was written for it.
-    async fn job_complete_many(&mut self, params: JobCompleteMany) -> StoreResult<Vec<i64>>;
+    /// returns the ids completed, in no particular order. A lease absent from the result
+    /// was not current: nothing was written for it. Children of batches move their
+    /// batches' counts, one statement per batch.
+    async fn job_complete_many(&mut self, params: JobCompleteMany) -> StoreResult<Vec<i64>> {
+        let now = params.now;
+        let done = self.job_complete_many_rows(params).await?;
+        let mut tally = BatchTally::default();
+        for c in &done {
+            tally.finished(c.job_id, c.batch_id, JobState::Completed);
+        }
+        crate::batch::settle(self, tally, now).await?;
+        Ok(done.into_iter().map(|c| c.job_id).collect())
+    }
+
+    /// The statement(s) of [`StoreTx::job_complete_many`], without the batch counts.
+    async fn job_complete_many_rows(
+        &mut self,
+        params: JobCompleteMany,
+    ) -> StoreResult<Vec<crate::Completed>>;
 
     /// Records a failed attempt under the current fence: `retryable` at
-    /// `now + retry_in_ms`, or `dead` when `retry_in_ms` is `None`.
-    /// [`crate::StoreError::LeaseLost`] when the claim is not current.
-    async fn job_fail(&mut self, params: JobFail) -> StoreResult<JobRow>;
+    /// `now + retry_in_ms`, or `dead` when `retry_in_ms` is `None` (a dead child moves
+    /// its batch's counts). [`crate::StoreError::LeaseLost`] when the claim is not
+    /// current.
+    async fn job_fail(&mut self, params: JobFail) -> StoreResult<JobRow> {
+        let now = params.now;
+        let job = self.job_fail_row(params).await?;
+        settle_one(self, &job, now).await?;
+        Ok(job)
+    }
+
+    /// The statement of [`StoreTx::job_fail`], without the batch counts.
+    async fn job_fail_row(&mut self, params: JobFail) -> StoreResult<JobRow>;
 
     /// Moves running jobs whose lease expired before `now` to `retryable` (or `dead`
     /// when their attempts are used up) and records each lost attempt.
-    async fn job_rescue(&mut self, params: JobRescue) -> StoreResult<Vec<JobRow>>;
+    async fn job_rescue(&mut self, params: JobRescue) -> StoreResult<Vec<JobRow>> {
+        let now = params.now;
+        let jobs = self.job_rescue_rows(params).await?;
+        let mut tally = BatchTally::default();
+        for job in &jobs {
+            tally.finished(job.id, job.batch_id, job.state);
+        }
+        crate::batch::settle(self, tally, now).await?;
+        Ok(jobs)
+    }
 
-    /// Cancels an unfinished job; a running job's claim is thereby fenced out.
+    /// The statement of [`StoreTx::job_rescue`], without the batch counts.
+    async fn job_rescue_rows(&mut self, params: JobRescue) -> StoreResult<Vec<JobRow>>;
+
+    /// Cancels an unfinished job; a running job's claim is thereby fenced out, and a
+    /// child counts as finished (cancelled) in its batch.
     /// [`crate::StoreError::NotFound`] or [`crate::StoreError::Conflict`] (already finished).
-    async fn job_cancel(&mut self, params: JobCancel) -> StoreResult<JobRow>;
+    async fn job_cancel(&mut self, params: JobCancel) -> StoreResult<JobRow> {
+        let now = params.now;
+        let job = self.job_cancel_row(params).await?;
+        settle_one(self, &job, now).await?;
+        Ok(job)
+    }
+
+    /// The statements of [`StoreTx::job_cancel`], without the batch counts.
+    async fn job_cancel_row(&mut self, params: JobCancel) -> StoreResult<JobRow>;
+
+    /// Creates a batch with its first children, sealed if asked (see [`crate::batch`]).
+    async fn batch_create(&mut self, params: BatchCreate) -> StoreResult<BatchAdded> {
+        crate::batch::create(self, params).await
+    }
+
+    /// Adds children to an open batch.
+    async fn batch_add(&mut self, params: BatchAdd) -> StoreResult<BatchAdded> {
+        crate::batch::add(self, params).await
+    }
+
+    /// Seals a batch; one whose children all finished enqueues its successor now.
+    async fn batch_seal(&mut self, params: BatchSeal) -> StoreResult<BatchRow> {
+        crate::batch::seal(self, params).await
+    }
+
+    /// Inserts a batch row, open and empty (`batch/insert.sql`).
+    async fn batch_insert(&mut self, params: crate::BatchInsert) -> StoreResult<BatchRow>;
+
+    /// Adds to the totals of a batch's shards (creating their rows), locking them.
+    async fn batch_shards_add(&mut self, params: BatchCount) -> StoreResult<()>;
+
+    /// Moves the counts of a batch's existing shards, locking them to the end of the
+    /// transaction; returns the shards touched that are complete now (every child
+    /// finished).
+    async fn batch_count(&mut self, params: BatchCount) -> StoreResult<Vec<i32>>;
+
+    /// Locks the batch row to the end of the transaction; false when it is missing (or,
+    /// with `open_only`, not open).
+    async fn batch_lock(&mut self, batch_id: i64, open_only: bool) -> StoreResult<bool>;
+
+    /// Seals an open batch; false when it is not open or missing.
+    async fn batch_seal_row(&mut self, params: BatchSeal) -> StoreResult<bool>;
+
+    /// Marks a sealed batch without a successor, every child finished, finished; false
+    /// otherwise.
+    async fn batch_finish(&mut self, params: crate::BatchFinish) -> StoreResult<bool>;
+
+    /// A batch with its counts summed over its shards, read in this transaction by a
+    /// statement of its own (so, on PostgreSQL, after any lock taken before it).
+    async fn batch_get(&mut self, batch_id: i64) -> StoreResult<Option<BatchRow>>;
 
     /// Claims an effect key in this transaction (`INSERT … ON CONFLICT DO NOTHING`):
     /// [`crate::EffectClaimed::New`] when this transaction inserted it, else the existing
@@ -413,4 +551,18 @@ pub trait StoreTx: Send {
     /// The concrete transaction, for callers that need the driver's own API
     /// (downcast to the store crate's transaction type).
     fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// Settles the batch of one job that a statement just moved to `job.state`.
+async fn settle_one<T: StoreTx + ?Sized>(
+    tx: &mut T,
+    job: &JobRow,
+    now: Option<Timestamp>,
+) -> StoreResult<()> {
+    if job.batch_id.is_none() || !job.state.is_finished() {
+        return Ok(());
+    }
+    let mut tally = BatchTally::default();
+    tally.finished(job.id, job.batch_id, job.state);
+    crate::batch::settle(tx, tally, now).await
 }

@@ -429,6 +429,11 @@ impl Tx {
         self.inner.as_mut()
     }
 
+    /// Jobs now wait in `queues`: workers are woken after the commit.
+    pub(crate) fn waiting<'a>(&mut self, queues: impl Iterator<Item = &'a str>) {
+        self.queues.extend(queues.map(str::to_owned));
+    }
+
     /// Commits; jobs enqueued in this transaction become visible to workers now.
     pub async fn commit(self) -> Result<(), IdemError> {
         self.inner.commit().await?;

@@ -31,7 +31,14 @@ pub const FLUSHES_IN_FLIGHT: usize = 2;
 
 /// One job waiting to be completed, with where to send the answer: `true` completed,
 /// `false` its claim was no longer current.
-type Pending = (LeaseToken, oneshot::Sender<StoreResult<bool>>);
+struct Pending {
+    lease: LeaseToken,
+    /// What its handler set with `set_result`.
+    result: Option<serde_json::Value>,
+    /// A child of a batch: completed in a transaction that counts its batch.
+    in_batch: bool,
+    reply: oneshot::Sender<StoreResult<bool>>,
+}
 
 /// The handle jobs use to ask for completion.
 #[derive(Clone)]
@@ -51,10 +58,21 @@ impl Completer {
         (Completer { tx }, task)
     }
 
-    /// Completes one job under its fence; `Ok(false)` when the claim was lost.
-    pub(crate) async fn complete(&self, lease: LeaseToken) -> StoreResult<bool> {
+    /// Completes `job` under its fence, keeping `result`; `Ok(false)` when the claim was
+    /// lost.
+    pub(crate) async fn complete(
+        &self,
+        job: &idem_store::JobRow,
+        result: Option<serde_json::Value>,
+    ) -> StoreResult<bool> {
         let (reply, answer) = oneshot::channel();
-        if self.tx.send((lease, reply)).is_err() {
+        let pending = Pending {
+            lease: job.lease_token(),
+            result,
+            in_batch: job.batch_id.is_some(),
+            reply,
+        };
+        if self.tx.send(pending).is_err() {
             return Err(idem_store::StoreError::Unavailable(
                 "the worker's completer has stopped".into(),
             ));
@@ -135,26 +153,52 @@ fn take_waiting(rx: &mut mpsc::UnboundedReceiver<Pending>, batch: &mut Vec<Pendi
     }
 }
 
+/// Completes `batch`: jobs outside batches with the store's one-statement completion,
+/// children of batches in a transaction that also counts their batches (the one-statement
+/// path would leave them alone and cost a round trip for nothing).
 async fn flush(store: &dyn Store, clock: &dyn Clock, batch: Vec<Pending>) {
-    let leases: Vec<LeaseToken> = batch.iter().map(|(lease, _)| *lease).collect();
+    let (children, plain): (Vec<Pending>, Vec<Pending>) =
+        batch.into_iter().partition(|p| p.in_batch);
+    for (group, in_tx) in [(plain, false), (children, true)] {
+        if !group.is_empty() {
+            complete_group(store, clock, group, in_tx).await;
+        }
+    }
+}
+
+async fn complete_group(store: &dyn Store, clock: &dyn Clock, group: Vec<Pending>, in_tx: bool) {
+    let leases: Vec<LeaseToken> = group.iter().map(|p| p.lease).collect();
+    let results: Vec<(i64, serde_json::Value)> = group
+        .iter()
+        .filter_map(|p| Some((p.lease.job_id, p.result.clone()?)))
+        .collect();
     let result = crate::worker::write_retrying(|| {
         let params = JobCompleteMany {
             leases: leases.clone(),
+            results: results.clone(),
             now: clock.now(),
         };
-        store.job_complete_many(params)
+        async move {
+            if !in_tx {
+                return store.job_complete_many(params).await;
+            }
+            let mut tx = store.begin().await?;
+            let ids = tx.job_complete_many(params).await?;
+            tx.commit().await?;
+            Ok(ids)
+        }
     })
     .await;
     match result {
         Ok(ids) => {
             let done: HashSet<i64> = ids.into_iter().collect();
-            for (lease, reply) in batch {
-                let _ = reply.send(Ok(done.contains(&lease.job_id)));
+            for p in group {
+                let _ = p.reply.send(Ok(done.contains(&p.lease.job_id)));
             }
         }
         Err(e) => {
-            for (_, reply) in batch {
-                let _ = reply.send(Err(e.clone()));
+            for p in group {
+                let _ = p.reply.send(Err(e.clone()));
             }
         }
     }

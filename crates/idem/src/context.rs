@@ -66,6 +66,25 @@ pub struct JobContext {
     pub(crate) effect: crate::handler::EffectClass,
     /// The handler's call timing, which sets its intents' lease.
     pub(crate) intent_policy: crate::intent::IntentPolicy,
+    /// What the job completes with ([`JobContext::set_result`]).
+    pub(crate) result: Option<serde_json::Value>,
+}
+
+/// The largest result a job may complete with, as JSON text.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024;
+
+/// Checks a job's result: at most [`MAX_RESULT_BYTES`] as JSON text.
+pub(crate) fn check_result(result: &serde_json::Value) -> Result<(), IdemError> {
+    let len = serde_json::to_string(result)
+        .map(|t| t.len())
+        .unwrap_or(usize::MAX);
+    if len > MAX_RESULT_BYTES {
+        return Err(IdemError::InvalidJob(format!(
+            "a job's result is {len} bytes of JSON; at most {MAX_RESULT_BYTES} are kept \
+             (store large outputs in your own table and return their key)"
+        )));
+    }
+    Ok(())
 }
 
 impl JobContext {
@@ -83,6 +102,41 @@ impl JobContext {
             completed: false,
             effect: crate::handler::EffectClass::Transactional,
             intent_policy: crate::intent::IntentPolicy::default(),
+            result: None,
+        }
+    }
+
+    /// Sets what the job completes with (kept as its `result`, at most
+    /// [`MAX_RESULT_BYTES`] of JSON): a batch's successor reads its children's results.
+    /// The completion that follows keeps it, whether the handler completes in its
+    /// effect transaction or returns `Ok` and the worker completes the job.
+    pub fn set_result(&mut self, result: serde_json::Value) -> Result<(), IdemError> {
+        check_result(&result)?;
+        self.result = Some(result);
+        Ok(())
+    }
+
+    /// A page of the children of the batch this job is the successor of, in id order
+    /// (their states, results and errors): ids above `after` (`None` = from the first),
+    /// at most `limit`; empty for a job that follows no batch.
+    pub async fn batch_children(
+        &self,
+        after: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<JobRow>, IdemError> {
+        match self.job.follows_batch {
+            Some(id) => self.idem.batch_children(id, after, limit).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The batch this job is the successor of, with its counts (a bounded summary of
+    /// its children's outcomes); `None` for a job that follows no batch. Read the
+    /// children a page at a time with [`Idem::batch_children`].
+    pub async fn batch(&self) -> Result<Option<idem_store::BatchRow>, IdemError> {
+        match self.job.follows_batch {
+            Some(id) => Ok(self.idem.store.batch_get(id).await?),
+            None => Ok(None),
         }
     }
 
@@ -438,13 +492,62 @@ impl<'a> EffectTx<'a> {
         Ok(self.tx.counter_next(params).await?)
     }
 
-    /// Enqueues follow-up jobs that commit with the effect. A job whose enqueue key is
-    /// held inside the window returns the holding job, marked deduplicated.
+    /// Enqueues this job's successor in the chain: it commits with the effect, names
+    /// this job as the one it follows, and has the enqueue key
+    /// `chain:{job_id}:{kind}` unless the job sets its own. So a retried or duplicated
+    /// execution of this job enqueues one successor, and a stale claim, whose
+    /// transaction never opens, none. Two successors of the same kind need keys of their
+    /// own ([`Job::enqueue_key`]).
+    pub async fn enqueue(&mut self, job: Job) -> Result<Enqueued, IdemError> {
+        let job = match job.key() {
+            Some(_) => job,
+            None => {
+                let key = format!("chain:{}:{}", self.cx.job.id, job.kind());
+                if key.len() > crate::job::MAX_NAME_LEN {
+                    return Err(IdemError::InvalidJob(format!(
+                        "the chain key {key:?} is longer than {} characters (the kind is \
+                         long); give the successor its own key with Job::enqueue_key",
+                        crate::job::MAX_NAME_LEN
+                    )));
+                }
+                job.enqueue_key(key)
+            }
+        };
+        let mut rows = self.enqueue_many(vec![job]).await?;
+        Ok(rows.remove(0))
+    }
+
+    /// Enqueues follow-up jobs that commit with the effect, each naming this job as the
+    /// one it follows. A job whose enqueue key is held inside the window returns the
+    /// holding job, marked deduplicated; jobs without a key get none (unlike
+    /// [`EffectTx::enqueue`]), so a retried execution would enqueue them again.
     pub async fn enqueue_many(&mut self, jobs: Vec<Job>) -> Result<Vec<Enqueued>, IdemError> {
-        let params = self.cx.idem.insert_params(jobs)?;
+        let mut params = self.cx.idem.insert_params(jobs)?;
+        for job in &mut params.jobs {
+            job.follows_job = Some(self.cx.job.id);
+        }
         let rows = self.tx.job_insert(params).await?;
         self.queues.extend(rows.iter().map(|r| r.queue.clone()));
         Ok(rows)
+    }
+
+    /// Creates a batch in this transaction: its children and its successor commit with
+    /// the effect (a handler fanning out). Give the children enqueue keys built from this
+    /// job's request if a retried execution must not create a second batch.
+    pub async fn batch(
+        &mut self,
+        batch: crate::Batch,
+    ) -> Result<idem_store::BatchAdded, IdemError> {
+        let params = batch.into_create(&self.cx.idem)?;
+        let added = self.tx.batch_create(params).await?;
+        self.queues
+            .extend(crate::batch::queues_of(&added).map(str::to_owned));
+        Ok(added)
+    }
+
+    /// Sets what the job completes with ([`JobContext::set_result`]).
+    pub fn set_result(&mut self, result: serde_json::Value) -> Result<(), IdemError> {
+        self.cx.set_result(result)
     }
 
     /// The store's transaction, to downcast to the driver's own type
@@ -458,8 +561,17 @@ impl<'a> EffectTx<'a> {
     pub async fn complete(mut self) -> Result<(), IdemError> {
         let now = self.cx.idem.clock.now();
         let lease = self.cx.lease();
-        self.tx.job_complete(JobComplete { lease, now }).await?;
+        let result = self.cx.result.clone();
+        let done = self
+            .tx
+            .job_complete(JobComplete { lease, result, now })
+            .await?;
         let cx = self.finish().await?;
+        if done.batch_id.is_some() {
+            // The batch's successor may have been enqueued: wake this process's workers
+            // (others find it at their next poll).
+            cx.idem.waker.local().notify_waiters();
+        }
         cx.completed = true;
         Ok(())
     }

@@ -83,6 +83,11 @@ impl Job {
         &self.kind
     }
 
+    /// The enqueue key, if one was set.
+    pub fn key(&self) -> Option<&str> {
+        self.enqueue_key.as_deref()
+    }
+
     /// Checks the job as an enqueue would, without a database: kind and queue,
     /// `max_attempts`, the enqueue key. [`IdemError::InvalidJob`] names the field.
     ///
@@ -112,6 +117,9 @@ impl Job {
             enqueue_key: self.enqueue_key,
             principal: self.principal,
             claim: None,
+            batch_id: None,
+            follows_job: None,
+            follows_batch: None,
             kind: self.kind,
             queue: self.queue,
             args: self.args,

@@ -41,6 +41,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod batch;
 pub mod builtin;
 mod client;
 mod clock;
@@ -60,6 +61,7 @@ mod transition;
 mod wake;
 mod worker;
 
+pub use batch::{Batch, BatchStatus, MAX_CHILDREN_PER_CALL};
 pub use client::{
     ConnectOptions, Idem, Tx, connect_store, connect_store_with, open_store, open_store_with,
 };
@@ -68,7 +70,7 @@ pub use config::{
     DEFAULT_RETENTION, HORIZON_MARGIN, Horizon, HorizonParams, Retention, WindowCheck,
     retry_horizon,
 };
-pub use context::{EffectTx, JobContext};
+pub use context::{EffectTx, JobContext, MAX_RESULT_BYTES};
 pub use effect::EffectKey;
 pub use error::{IdemError, JobError, JobErrorKind};
 pub use handler::{EffectClass, Handler};
@@ -76,10 +78,11 @@ pub use idem_postgres::PgOptions;
 pub use idem_sqlite::{Durability, SqliteOptions};
 pub use idem_store::migration::{SchemaMigration, SchemaStatus};
 pub use idem_store::{
-    AttemptOutcome, AttemptRow, Backend, CounterAssigned, EffectClaimed, EffectRecord, Enqueued,
-    IntentList, IntentResolution, IntentRow, IntentState, JobList, JobRow, JobState, LeaseToken,
-    LedgerEntry, LedgerMismatch, LedgerPosted, PurgeTarget, QueueCount, QueueWaiting, SqlValue,
-    Store, StoreError, StoreTx, Timestamp,
+    AttemptOutcome, AttemptRow, Backend, BatchAdded, BatchList, BatchRow, BatchState,
+    CounterAssigned, EffectClaimed, EffectRecord, Enqueued, IntentList, IntentResolution,
+    IntentRow, IntentState, JobList, JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch,
+    LedgerPosted, OnDead, PurgeTarget, QueueCount, QueueWaiting, SqlValue, Store, StoreError,
+    StoreTx, Timestamp,
 };
 pub use intent::{Intent, IntentGuard, IntentPolicy};
 pub use job::{DEFAULT_QUEUE, Job};

@@ -341,7 +341,11 @@ async fn raw_write(
 /// The stale claim `stale` tries every final write of a claim; each is refused.
 async fn refuse_final_writes(db: &TestDb, stale: LeaseToken, t0: Timestamp) {
     let now = Some(t0);
-    let complete = JobComplete { lease: stale, now };
+    let complete = JobComplete {
+        lease: stale,
+        result: None,
+        now,
+    };
     assert_lease_lost(db.store.job_complete(complete).await, stale);
     // A retry, a dead letter, a snooze.
     for (retry_in_ms, snooze) in [(Some(1_000), false), (None, false), (Some(1_000), true)] {
@@ -359,6 +363,7 @@ async fn refuse_final_writes(db: &TestDb, stale: LeaseToken, t0: Timestamp) {
     assert!(renewed.is_empty(), "a stale heartbeat renewed {renewed:?}");
     let many = JobCompleteMany {
         leases: vec![stale],
+        results: Vec::new(),
         now,
     };
     let completed = db.store.job_complete_many(many).await.unwrap();

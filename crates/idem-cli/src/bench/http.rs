@@ -176,7 +176,7 @@ async fn drain_direct(protocol: &WorkerProtocol, jobs: usize) -> anyhow::Result<
                     })
                     .await?;
                 for job in claimed {
-                    protocol.complete(job.lease_token()).await?;
+                    protocol.complete(job.lease_token(), None).await?;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
             }

@@ -7,6 +7,7 @@
 //! the engine's cost. Every scenario runs on its own queue of a scratch database (a
 //! temporary SQLite file, or a fresh PostgreSQL schema dropped afterwards).
 
+mod batch;
 mod http;
 mod report;
 mod scenarios;
@@ -42,17 +43,22 @@ pub enum Scenario {
     /// The HTTP API: enqueue with and without Idempotency-Key, claim and complete, each
     /// beside the library path.
     Http,
+    /// A batch of children and its successor, beside the plain drain of as many jobs.
+    Batch,
 }
 
 /// Arguments of `idem bench`.
 #[derive(Args, Clone, Serialize)]
 pub struct BenchArgs {
     /// Scenarios to run, comma-separated
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Enqueue, Scenario::Bulk, Scenario::Drain, Scenario::Fenced, Scenario::Latency, Scenario::Rss, Scenario::Http])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Enqueue, Scenario::Bulk, Scenario::Drain, Scenario::Fenced, Scenario::Latency, Scenario::Rss, Scenario::Http, Scenario::Batch])]
     pub scenarios: Vec<Scenario>,
     /// Jobs per throughput scenario (bulk, drain, fenced)
     #[arg(long, default_value_t = 20_000)]
     pub jobs: usize,
+    /// Children of the batch scenario's batch (at most 10000, one call)
+    #[arg(long, default_value_t = 10_000)]
+    pub batch_children: usize,
     /// Jobs in the one-per-transaction enqueue scenario
     #[arg(long, default_value_t = 2_000)]
     pub single_jobs: usize,
@@ -104,6 +110,7 @@ impl BenchArgs {
             self.seconds = 1;
             self.rate = 50;
             self.sleepers = 50;
+            self.batch_children = 200;
             self.history = self.history.min(1_000);
         }
         let sync = self.synchronous.to_ascii_lowercase();
@@ -121,6 +128,11 @@ impl BenchArgs {
             ("--concurrency", self.concurrency, 10_000),
             ("--claim-batch", self.claim_batch, 10_000),
             ("--sleepers", self.sleepers, 100_000),
+            (
+                "--batch-children",
+                self.batch_children,
+                idem::MAX_CHILDREN_PER_CALL,
+            ),
         ] {
             if !(1..=max).contains(&v) {
                 bail!("{name} is {v}; use 1 to {max}");

@@ -17,10 +17,10 @@ use tokio::sync::{Notify, watch};
 use super::{BenchArgs, Figure, Scenario};
 use crate::scratch::Scratch;
 
-const KIND: &str = "bench";
+pub(super) const KIND: &str = "bench";
 const SEED_BATCH: usize = 1_000;
 const LEASE_MS: i64 = 30_000;
-const EFFECT_TABLE: &str =
+pub(super) const EFFECT_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS bench_effect (job_id BIGINT NOT NULL, fence BIGINT NOT NULL)";
 const EFFECT_INSERT: &str = "INSERT INTO bench_effect (job_id, fence) VALUES ($1, $2)";
 
@@ -34,6 +34,7 @@ pub async fn run(db: &Scratch, args: &BenchArgs, s: Scenario) -> anyhow::Result<
         Scenario::Latency => latency(db, args).await,
         Scenario::Rss => rss(db, args).await,
         Scenario::Http => super::http::run(db, args).await,
+        Scenario::Batch => super::batch::run(db, args).await,
     }
 }
 
@@ -48,6 +49,9 @@ fn new_job(queue: &str, i: usize) -> NewJob {
         enqueue_key: None,
         claim: None,
         principal: None,
+        batch_id: None,
+        follows_job: None,
+        follows_batch: None,
     }
 }
 
@@ -107,7 +111,7 @@ async fn insert_jobs(store: &dyn Store, queue: &str, n: usize, batch: usize) -> 
 }
 
 /// Completes every job at once, doing nothing.
-struct NoOp;
+pub(super) struct NoOp;
 
 impl Handler for NoOp {
     const KIND: &'static str = KIND;
@@ -120,7 +124,7 @@ impl Handler for NoOp {
 }
 
 /// Writes one effect row and completes in the job's fenced transaction.
-struct FencedEffect;
+pub(super) struct FencedEffect;
 
 impl Handler for FencedEffect {
     const KIND: &'static str = KIND;
@@ -137,7 +141,7 @@ impl Handler for FencedEffect {
     }
 }
 
-fn worker_config(queue: &str, concurrency: usize, claim_batch: usize) -> WorkerConfig {
+pub(super) fn worker_config(queue: &str, concurrency: usize, claim_batch: usize) -> WorkerConfig {
     let mut c = WorkerConfig::default().only_queue(queue, concurrency);
     c.claim_batch = claim_batch;
     c.poll_interval = Duration::from_millis(10);
@@ -145,7 +149,7 @@ fn worker_config(queue: &str, concurrency: usize, claim_batch: usize) -> WorkerC
 }
 
 /// Waits until the worker has completed `n` jobs; returns when that happened.
-async fn until_completed(h: &WorkerHandle, n: usize) -> anyhow::Result<Instant> {
+pub(super) async fn until_completed(h: &WorkerHandle, n: usize) -> anyhow::Result<Instant> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let r = h.report();
@@ -160,23 +164,24 @@ async fn until_completed(h: &WorkerHandle, n: usize) -> anyhow::Result<Instant> 
 }
 
 /// Runs a worker with `handler` over `n` seeded jobs on a store of its own; jobs/s.
-async fn engine_rate<H: Handler>(
+pub(super) async fn engine_rate<H: Handler>(
     db: &Scratch,
     args: &BenchArgs,
     queue: &str,
     handler: H,
+    n: usize,
 ) -> anyhow::Result<f64> {
     let store = idem::connect_store(&db.url).await?;
-    seed(store.as_ref(), queue, args.jobs).await?;
+    seed(store.as_ref(), queue, n).await?;
     let idem = Idem::from_store(store.clone());
     let mut w = idem.worker(worker_config(queue, args.concurrency, args.claim_batch))?;
     w.register(handler)?;
     let started = Instant::now();
     let h = w.start();
-    let done = until_completed(&h, args.jobs).await;
+    let done = until_completed(&h, n).await;
     h.shutdown().await;
     store.close().await;
-    Ok(per_second(args.jobs, done? - started))
+    Ok(per_second(n, done? - started))
 }
 
 /// Drains no-op jobs through a worker, then by claim + complete-many in a tight loop.
@@ -187,7 +192,7 @@ async fn drain(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
         set_autovacuum(db, false).await?;
     }
     let dead_before = if pg { dead_tuples(db).await? } else { 0 };
-    let engine = engine_rate(db, args, "drain-engine", NoOp).await?;
+    let engine = engine_rate(db, args, "drain-engine", NoOp, args.jobs).await?;
     let mut out = Vec::new();
     if pg {
         tokio::time::sleep(Duration::from_millis(700)).await; // closed backends flush their stats
@@ -216,7 +221,11 @@ async fn drain(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
         let leases = jobs.iter().map(|j| j.lease_token()).collect();
         db.idem
             .store()
-            .job_complete_many(JobCompleteMany { leases, now: None })
+            .job_complete_many(JobCompleteMany {
+                leases,
+                results: Vec::new(),
+                now: None,
+            })
             .await?;
     }
     let mut f = figure(Scenario::Drain, "drain rate", engine, "jobs/s");
@@ -249,7 +258,7 @@ async fn fenced(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
     let mut tx = db.idem.begin().await?;
     tx.execute(EFFECT_TABLE, &[]).await?;
     tx.commit().await?;
-    let engine = engine_rate(db, args, "fenced-engine", FencedEffect).await?;
+    let engine = engine_rate(db, args, "fenced-engine", FencedEffect, args.jobs).await?;
     let queue = "fenced-ceiling";
     let store = db.idem.store();
     seed(store.as_ref(), queue, args.jobs).await?;
@@ -265,7 +274,12 @@ async fn fenced(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
             tx.job_lock(JobLock::of(lease)).await?;
             tx.execute(EFFECT_INSERT, &[lease.job_id.into(), lease.fence.into()])
                 .await?;
-            tx.job_complete(JobComplete { lease, now: None }).await?;
+            tx.job_complete(JobComplete {
+                lease,
+                result: None,
+                now: None,
+            })
+            .await?;
             tx.commit().await?;
         }
     }

@@ -1,6 +1,7 @@
-//! The demo's job handlers: a receipt mail and a ledger transfer, each committing its
-//! effects and its completion in the job's one fenced transaction; and their one
-//! registration, from which `idem guarantees` also takes its list of kinds.
+//! The demo's job handlers: a receipt mail, a ledger transfer, a shop's tally (a batch's
+//! child) and a batch's total (its successor), each committing its effects and its
+//! completion in the job's one fenced transaction; and their one registration, from which
+//! `idem guarantees` also takes its list of kinds.
 //!
 //! What must stay true: every effect is written through the `EffectTx` of the claim, under
 //! an effect key, so a repeated job or a stale claim changes nothing.
@@ -113,6 +114,83 @@ impl Handler for Transfer {
     }
 }
 
+#[derive(Deserialize)]
+struct TallyArgs {
+    shop: i64,
+    amount: i64,
+}
+
+/// A batch's child: records its shop's takings once (effect key by batch and shop) and
+/// completes with the amount as its result.
+struct ShopTally;
+
+impl Handler for ShopTally {
+    const KIND: &'static str = "shop-tally";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = TallyArgs;
+
+    async fn run(&self, cx: &mut JobContext, t: TallyArgs) -> Result<(), JobError> {
+        let (lease, batch) = (cx.lease(), cx.job().batch_id.unwrap_or(0));
+        let mut tx = cx.begin().await?;
+        let key = EffectKey::new("shop-tally").part(batch).part(t.shop);
+        if tx.claim_effect(&key).await?.is_new() {
+            let sql = "INSERT INTO demo_tally (batch_id, shop, amount, job_id, fence)                        VALUES ($1, $2, $3, $4, $5)";
+            let row = [
+                batch.into(),
+                t.shop.into(),
+                t.amount.into(),
+                lease.job_id.into(),
+                lease.fence.into(),
+            ];
+            tx.execute(sql, &row).await?;
+        }
+        tx.set_result(serde_json::json!({ "amount": t.amount }))?;
+        tx.complete().await?;
+        Ok(())
+    }
+}
+
+/// Children read per page by a batch's total.
+const PAGE: u32 = 20;
+
+/// A batch's successor: adds up its children's results, a page at a time, and records
+/// the batch's total once.
+struct BatchTotal;
+
+impl Handler for BatchTotal {
+    const KIND: &'static str = "batch-total";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde::de::IgnoredAny;
+
+    async fn run(&self, cx: &mut JobContext, _: serde::de::IgnoredAny) -> Result<(), JobError> {
+        let Some(batch) = cx.batch().await? else {
+            return Err(JobError::permanent("a batch total that follows no batch"));
+        };
+        let (mut total, mut after) = (0i64, None);
+        loop {
+            let page = cx.batch_children(after, PAGE).await?;
+            let Some(last) = page.last() else { break };
+            after = Some(last.id);
+            total += page
+                .iter()
+                .filter_map(|c| c.result.as_ref()?.get("amount")?.as_i64())
+                .sum::<i64>();
+        }
+        let mut tx = cx.begin().await?;
+        if tx
+            .claim_effect(&EffectKey::new("batch-total").part(batch.id))
+            .await?
+            .is_new()
+        {
+            let sql = "INSERT INTO demo_batch_total (batch_id, total, children)                        VALUES ($1, $2, $3)";
+            let row = [batch.id.into(), total.into(), batch.completed.into()];
+            tx.execute(sql, &row).await?;
+        }
+        tx.complete().await?;
+        Ok(())
+    }
+}
+
 /// Where the demo's handlers are registered: a demo worker, or the list of kinds that
 /// `idem guarantees` prints. [`register`] serves both, so the list cannot miss a handler.
 pub(super) trait Registry {
@@ -146,7 +224,9 @@ pub(super) fn register(r: &mut impl Registry, worker: &str, work: Duration) -> a
         worker: worker.to_owned(),
         orders: Guard::new("demo_order", "order_id", "status")?,
     })?;
-    r.add(Transfer)
+    r.add(Transfer)?;
+    r.add(ShopTally)?;
+    r.add(BatchTotal)
 }
 
 /// The job kinds this binary runs (the demo's), with their effect classes.

@@ -1,7 +1,8 @@
 //! `idem demo`: the whole story on one machine, verified.
 //!
 //! It enqueues receipt mails and ledger transfers whose effects commit in the job's fenced
-//! transaction, and calls to two mock remotes (one honouring idempotency keys, one not)
+//! transaction, batches of shop tallies whose one successor totals the children's results,
+//! and calls to two mock remotes (one honouring idempotency keys, one not)
 //! through the built-in `http` kind, runs worker *processes*, kills one with SIGKILL and pauses another with
 //! SIGSTOP for longer than its lease while they work, and then checks the database: every
 //! job completed, one outbox row per order, every row written under the claim that

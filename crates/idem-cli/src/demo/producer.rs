@@ -1,14 +1,14 @@
-//! The demo's producer: creates the demo's tables and enqueues its jobs, every chunk with
-//! its orders marked paid in the same transaction.
+//! The demo's producer: creates the demo's tables, its batches of shop tallies, and
+//! enqueues its jobs, every chunk with its orders marked paid in the same transaction.
 
-use idem::{Idem, Job};
+use idem::{Batch, Idem, Job};
 
 use super::QUEUE;
 use super::remote::{self, Remotes};
 
 /// The demo's own tables: the mail outbox, the orders (paid when their mail job is
 /// enqueued), and a log of what each receipt job's guarded transition answered.
-const TABLES: [&str; 3] = [
+const TABLES: [&str; 5] = [
     "CREATE TABLE IF NOT EXISTS demo_outbox (order_id BIGINT NOT NULL, \
      receipt_no BIGINT NOT NULL, job_id BIGINT NOT NULL, \
      fence BIGINT NOT NULL, worker TEXT NOT NULL)",
@@ -16,7 +16,37 @@ const TABLES: [&str; 3] = [
      status TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS demo_order_move (order_id BIGINT NOT NULL, \
      job_id BIGINT NOT NULL, outcome TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS demo_tally (batch_id BIGINT NOT NULL, shop BIGINT NOT NULL, \
+     amount BIGINT NOT NULL, job_id BIGINT NOT NULL, fence BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS demo_batch_total (batch_id BIGINT NOT NULL, \
+     total BIGINT NOT NULL, children BIGINT NOT NULL)",
 ];
+
+/// Shops per batch of tallies.
+const SHOPS: i64 = 50;
+
+/// One batch of shop tallies per this many jobs (at least one batch).
+const JOBS_PER_BATCH: usize = 500;
+
+/// Creates the demo's batches: each of [`SHOPS`] shop tallies, whose successor totals
+/// their results. Returns the first child's id.
+async fn batches(idem: &Idem, jobs: usize) -> anyhow::Result<i64> {
+    let mut first = i64::MAX;
+    for b in 0..(jobs / JOBS_PER_BATCH).max(1) as i64 {
+        let tally = |shop: i64| {
+            let amount = 1 + (b * 31 + shop * 7) % 13;
+            let args = serde_json::json!({"shop": shop, "amount": amount});
+            Job::new("shop-tally", args).queue(QUEUE)
+        };
+        let total = Job::new("batch-total", serde_json::json!({})).queue(QUEUE);
+        let created = idem
+            .batch(Batch::new(total).children((0..SHOPS).map(tally)))
+            .await?;
+        let ids = created.children.iter().map(|c| c.job.id);
+        first = first.min(ids.min().unwrap_or(i64::MAX));
+    }
+    Ok(first)
+}
 /// The orders of the receipt jobs with ids from `$1` to `$2`, paid.
 const PAID_ORDERS: &str = "INSERT INTO demo_order (order_id, status) \
      SELECT DISTINCT CAST(args ->> 'order_id' AS BIGINT), 'paid' FROM idem_job \
@@ -46,7 +76,7 @@ fn demo_job(i: usize, remotes: &Remotes) -> Job {
     }
 }
 
-/// Creates the demo's tables, then enqueues the jobs in chunks, each chunk in one
+/// Creates the demo's tables and batches, then enqueues the jobs in chunks, each chunk in one
 /// transaction with its orders marked paid (as a shop would record a payment and ask for
 /// its receipt together).
 pub(super) async fn enqueue(
@@ -59,7 +89,7 @@ pub(super) async fn enqueue(
         tx.execute(sql, &[]).await?;
     }
     tx.commit().await?;
-    let (mut first, mut last) = (i64::MAX, i64::MIN);
+    let (mut first, mut last) = (batches(idem, n).await?, i64::MIN);
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
         let jobs = chunk.iter().map(|i| demo_job(*i, remotes)).collect();
         let mut tx = idem.begin().await?;

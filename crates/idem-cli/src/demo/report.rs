@@ -8,7 +8,7 @@ use idem::intent::ReconcileReport;
 use super::DemoArgs;
 use super::chaos::Chaos;
 use super::remote::RemoteVerdict;
-use super::verify::{Receipts, Verdict};
+use super::verify::{Batches, Receipts, Verdict};
 
 /// What the checks found: in the database, at the remotes, and by reconciliation.
 pub(super) struct Found<'a> {
@@ -65,6 +65,7 @@ pub(super) fn print(
     line("missing effects (outbox)", v.missing_effects.to_string());
     line("effects from a stale claim", v.stale_effects.to_string());
     print_receipts(&v.receipts, &line);
+    print_batches(&v.batches, &line);
     print_calls(found.calls, found.settled, &line);
     line("leases expired and rescued", v.rescued.to_string());
     line("stale commits refused by the fence", refused.to_string());
@@ -73,8 +74,9 @@ pub(super) fn print(
         "verdict: {}",
         if v.ok() && found.calls.ok() {
             "OK: every job completed, every order got one mail, one receipt number and one \
-             move, every transfer moved money once, every keyed call was applied once, and \
-             every unkeyed call applied twice is marked duplicate"
+             move, every transfer moved money once, every batch had one successor whose \
+             total is right, every keyed call was applied once, and every unkeyed call \
+             applied twice is marked duplicate"
         } else {
             "FAILED"
         }
@@ -100,6 +102,17 @@ fn print_receipts(r: &Receipts, line: &impl Fn(&str, String)) {
         "orders left behind (not receipted)",
         r.left_behind.to_string(),
     );
+}
+
+fn print_batches(b: &Batches, line: &impl Fn(&str, String)) {
+    line("batches of shop tallies", b.batches.to_string());
+    line("batches not finished", b.unfinished.to_string());
+    line(
+        "batches without exactly one successor",
+        b.successors_not_one.to_string(),
+    );
+    line("batch totals wrong or missing", b.totals_wrong.to_string());
+    line("shop tallies recorded twice", b.tallies_twice.to_string());
 }
 
 fn print_calls(c: &RemoteVerdict, r: &ReconcileReport, line: &impl Fn(&str, String)) {

@@ -10,12 +10,14 @@ use idem::intent::{ReconcileOptions, ReconcileReport};
 use idem::{Idem, IntentList, IntentState, WorkerConfig};
 
 use super::remote;
-use super::verify::finished;
+use super::verify::{SUCCESSORS_PENDING, finished};
+use crate::scratch;
 
 /// The longest the phase waits for reconciliation and the jobs it puts back.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// Reconciles until no intent is unknown and every job of `ids` is finished again, then
+/// Reconciles until no intent is unknown, every job of `ids` is finished again and every
+/// batch's successor has finished, then
 /// audits once the settle delay has passed; returns the passes' counts summed.
 pub(super) async fn settle(
     idem: &Idem,
@@ -42,7 +44,12 @@ pub(super) async fn settle(
                 ..IntentList::default()
             })
             .await?;
-        if unknown.is_empty() && pass.settling == 0 && finished(idem, ids).await? == total {
+        let successors = scratch::scalar(idem, SUCCESSORS_PENDING, &[]).await?;
+        if unknown.is_empty()
+            && pass.settling == 0
+            && successors == 0
+            && finished(idem, ids).await? == total
+        {
             break;
         }
         if started.elapsed() > LIMIT {

@@ -30,6 +30,55 @@ const LEDGER_SUM: &str =
 const TRANSFERS: &str = "SELECT count(DISTINCT CAST(args ->> 'id' AS BIGINT)) FROM idem_job \
                          WHERE id BETWEEN $1 AND $2 AND kind = 'transfer'";
 
+/// The demo's batches of shop tallies as the database holds them.
+#[derive(Default)]
+pub(super) struct Batches {
+    /// Batches created.
+    pub(super) batches: i64,
+    /// Batches not finished.
+    pub(super) unfinished: i64,
+    /// Batches with no successor or more than one.
+    pub(super) successors_not_one: i64,
+    /// Batches whose recorded total is missing or differs from their children's amounts.
+    pub(super) totals_wrong: i64,
+    /// Shop tallies recorded more than once.
+    pub(super) tallies_twice: i64,
+}
+
+impl Batches {
+    fn ok(&self) -> bool {
+        self.batches > 0
+            && self.unfinished == 0
+            && self.successors_not_one == 0
+            && self.totals_wrong == 0
+            && self.tallies_twice == 0
+    }
+}
+
+/// Batches whose successor has not finished yet (none, or not completed).
+pub(super) const SUCCESSORS_PENDING: &str = "SELECT count(*) FROM idem_batch b \
+     WHERE NOT EXISTS (SELECT 1 FROM idem_job j WHERE j.follows_batch_id = b.id \
+     AND j.state IN ('completed', 'dead', 'cancelled'))";
+const SUCCESSORS_NOT_ONE: &str = "SELECT count(*) FROM idem_batch b \
+     WHERE (SELECT count(*) FROM idem_job j WHERE j.follows_batch_id = b.id) <> 1";
+const TOTALS_WRONG: &str = "SELECT count(*) FROM idem_batch b \
+     WHERE NOT EXISTS (SELECT 1 FROM demo_batch_total t WHERE t.batch_id = b.id \
+     AND t.total = (SELECT sum(CAST(j.args ->> 'amount' AS BIGINT)) FROM idem_job j \
+     WHERE j.batch_id = b.id))";
+const TALLIES_TWICE: &str = "SELECT count(*) FROM (SELECT batch_id, shop FROM demo_tally \
+     GROUP BY batch_id, shop HAVING count(*) > 1) AS twice";
+
+async fn verify_batches(idem: &Idem) -> anyhow::Result<Batches> {
+    let all = |sql: &'static str| scratch::scalar(idem, sql, &[]);
+    Ok(Batches {
+        batches: all("SELECT count(*) FROM idem_batch").await?,
+        unfinished: all("SELECT count(*) FROM idem_batch WHERE state <> 'finished'").await?,
+        successors_not_one: all(SUCCESSORS_NOT_ONE).await?,
+        totals_wrong: all(TOTALS_WRONG).await?,
+        tallies_twice: all(TALLIES_TWICE).await?,
+    })
+}
+
 /// What the database says after the run.
 pub(super) struct Verdict {
     pub(super) enqueued: i64,
@@ -47,6 +96,7 @@ pub(super) struct Verdict {
     pub(super) stale_effects: i64,
     pub(super) rescued: i64,
     pub(super) receipts: Receipts,
+    pub(super) batches: Batches,
 }
 
 impl Verdict {
@@ -59,6 +109,7 @@ impl Verdict {
             && self.missing_effects == 0
             && self.stale_effects == 0
             && self.receipts.ok()
+            && self.batches.ok()
     }
 }
 
@@ -157,5 +208,6 @@ pub(super) async fn verify(idem: &Idem, ids: (i64, i64)) -> anyhow::Result<Verdi
                           WHERE o.job_id BETWEEN $1 AND $2 AND o.fence <> j.fence").await?,
         rescued: q("SELECT count(*) FROM idem_job_attempt WHERE job_id BETWEEN $1 AND $2 AND outcome = 'lease_expired'").await?,
         receipts: verify_receipts(idem, ids).await?,
+        batches: verify_batches(idem).await?,
     })
 }

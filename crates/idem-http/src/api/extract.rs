@@ -9,7 +9,12 @@ use axum::http::request::Parts;
 use axum::response::Response;
 use serde::de::DeserializeOwned;
 
+use super::error::invalid;
 use crate::problem::Problem;
+
+/// The largest request body, in the request's extensions, so that a refusal names it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
 
 /// A JSON body: always a JSON object (serde would also read a struct from an array,
 /// so `[]` would pass for a request with every field defaulted).
@@ -19,9 +24,10 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = Response;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Response> {
+        let limit = req.extensions().get::<BodyLimit>().copied();
         let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
             Ok(axum::Json(v)) => v,
-            Err(e) => return Err(json_rejection(e).rejection()),
+            Err(e) => return Err(json_rejection(e, limit).rejection()),
         };
         if !value.is_object() {
             return Err(Problem::new(
@@ -42,8 +48,15 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
-fn json_rejection(e: JsonRejection) -> Problem {
+fn json_rejection(e: JsonRejection, limit: Option<BodyLimit>) -> Problem {
     let status = e.status();
+    if let (StatusCode::PAYLOAD_TOO_LARGE, Some(BodyLimit(n))) = (status, limit) {
+        return Problem::new(
+            status,
+            "body_too_large",
+            format!("the request body is larger than {n} bytes, the server's limit"),
+        );
+    }
     let name = match &e {
         JsonRejection::MissingJsonContentType(_) => "content_type",
         JsonRejection::JsonSyntaxError(_) => "json_syntax",
@@ -93,4 +106,17 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
 
 fn path_rejection(e: PathRejection) -> Problem {
     Problem::new(StatusCode::BAD_REQUEST, "invalid_path", e.body_text())
+}
+
+/// A filter of a query (a state, say) parsed from its text; a value the parser refuses
+/// is 422 with the parser's message.
+pub fn parsed<T>(value: Option<&str>) -> Result<Option<T>, Problem>
+where
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    value
+        .map(str::parse::<T>)
+        .transpose()
+        .map_err(|e| invalid(e.to_string()))
 }

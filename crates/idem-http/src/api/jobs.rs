@@ -2,7 +2,7 @@
 
 use axum::Extension;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use idem::Job;
@@ -11,11 +11,12 @@ use serde::Deserialize;
 use utoipa::{IntoParams, ToSchema};
 
 use super::ApiState;
-use super::error::{invalid, not_found, operator_only, problem};
-use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::scope::{filter, sees_job, store_key};
+use super::error::{invalid, operator_only, problem};
+use super::extract::{ApiJson, ApiPath, ApiQuery, parsed};
+use super::keyed;
+use super::scope::{filter, sees_job, store_key, visible};
 use super::view::{EnqueuedView, JobPage, JobView};
-use crate::idempotency::{AnswerStored, Reservation};
+use crate::idempotency::Reservation;
 use crate::principal::Principal;
 use crate::problem::Problem;
 
@@ -50,6 +51,7 @@ pub struct EnqueueRequest {
     responses(
         (status = 201, description = "enqueued", body = EnqueuedView),
         (status = 200, description = "the enqueue key was taken: the earlier job", body = EnqueuedView),
+        (status = 403, description = "the built-in `http` kind is for operators", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "invalid job", body = Problem, content_type = "application/problem+json"),
     ),
     security(("bearer" = [])))]
@@ -59,12 +61,22 @@ pub async fn enqueue(
     reservation: Option<Extension<Reservation>>,
     ApiJson(request): ApiJson<EnqueueRequest>,
 ) -> Response {
+    match job_of(&principal, request) {
+        Ok(job) => keyed::write(&state.idem, reservation, job, |e| answer(&principal, e)).await,
+        Err(p) => p.rejection(),
+    }
+}
+
+/// `request` as a job of `principal`, checked as an enqueue checks it: its enqueue key
+/// goes in the principal's namespace, and the built-in `http` kind is for operators.
+/// Every job the API enqueues (a job, a batch's children and successors) is made here.
+pub(super) fn job_of(principal: &Principal, request: EnqueueRequest) -> Result<Job, Problem> {
     if request.kind == BUILTIN_HTTP && !principal.is_operator() {
         // The server would call any URL a client names, from inside its network.
-        return operator_only("enqueuing the built-in `http` kind").rejection();
+        return Err(operator_only("enqueuing the built-in `http` kind"));
     }
-    let mut job = Job::new(request.kind, request.args.unwrap_or(serde_json::json!({})))
-        .principal(principal.name());
+    let args = request.args.unwrap_or_else(|| serde_json::json!({}));
+    let mut job = Job::new(request.kind, args).principal(principal.name());
     if let Some(queue) = request.queue {
         job = job.queue(queue);
     }
@@ -78,31 +90,23 @@ pub async fn enqueue(
         job = job.max_attempts(n);
     }
     if let Some(key) = request.enqueue_key {
-        let stored = store_key(&principal, &key);
-        let room = 255 - (stored.len() - key.len());
-        if key.is_empty() || key.len() > room {
-            return invalid(format!(
-                "enqueue_key must be 1 to {room} characters for this principal (its keys \
-                 are stored in a namespace of their own)"
-            ))
-            .rejection();
-        }
-        job = job.enqueue_key(stored);
+        job = job.enqueue_key(namespaced_key(principal, &key)?);
     }
-    if let Err(e) = job.validate() {
-        return problem(e).rejection();
+    job.validate().map_err(problem)?;
+    Ok(job)
+}
+
+/// `key` in `principal`'s namespace, refused when that makes it too long to store.
+fn namespaced_key(principal: &Principal, key: &str) -> Result<String, Problem> {
+    let stored = store_key(principal, key);
+    let room = 255 - (stored.len() - key.len());
+    if key.is_empty() || key.len() > room {
+        return Err(invalid(format!(
+            "enqueue_key must be 1 to {room} characters for this principal (its keys \
+             are stored in a namespace of their own)"
+        )));
     }
-    let answered = match reservation {
-        Some(Extension(r)) => enqueue_keyed(&state, &principal, job, &r).await,
-        None => match state.idem.enqueue(job).await {
-            Ok(enqueued) => {
-                let (status, body) = answer(&principal, enqueued);
-                Ok(json_response(status, body))
-            }
-            Err(e) => Err(e),
-        },
-    };
-    answered.unwrap_or_else(|e| problem(e).into_response())
+    Ok(stored)
 }
 
 /// The status and JSON body of an enqueue's answer.
@@ -111,50 +115,8 @@ fn answer(principal: &Principal, enqueued: idem::Enqueued) -> (StatusCode, Vec<u
         true => StatusCode::OK,
         false => StatusCode::CREATED,
     };
-    let mut job = JobView::of(principal, enqueued.job);
-    job.args = None;
-    let view = EnqueuedView {
-        deduplicated: enqueued.deduplicated,
-        job,
-    };
+    let view = EnqueuedView::of(principal, enqueued);
     (status, serde_json::to_vec(&view).expect("a view encodes"))
-}
-
-fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-/// An enqueue under an Idempotency-Key: the job and the key's answer commit in one
-/// transaction, so the layer writes nothing after the handler and no job exists whose
-/// answer was not stored.
-async fn enqueue_keyed(
-    state: &ApiState,
-    principal: &Principal,
-    job: Job,
-    reservation: &Reservation,
-) -> Result<Response, idem::IdemError> {
-    let mut tx = state.idem.begin().await?;
-    let enqueued = state.idem.enqueue_tx(&mut tx, job).await?;
-    let (status, body) = answer(principal, enqueued);
-    let stored = reservation.complete(
-        status.as_u16(),
-        &[("content-type", "application/json")],
-        body.clone(),
-    );
-    if !tx.store_tx().http_key_complete(stored).await? {
-        tx.rollback().await?;
-        return Ok(Problem::new(
-            StatusCode::CONFLICT,
-            "idempotency_key_in_flight",
-            "this request's hold on its Idempotency-Key lapsed and another request took              it; nothing was enqueued here: repeat the request to get that one's answer",
-        )
-        .retry_after(1)
-        .rejection());
-    }
-    tx.commit().await?;
-    let mut response = json_response(status, body);
-    response.extensions_mut().insert(AnswerStored);
-    Ok(response)
 }
 
 /// The job `id` if `principal` may see it.
@@ -163,11 +125,8 @@ pub(super) async fn visible_job(
     principal: &Principal,
     id: i64,
 ) -> Result<JobRow, Problem> {
-    match state.idem.job(id).await {
-        Ok(Some(job)) if sees_job(principal, &job) => Ok(job),
-        Ok(_) => Err(not_found(&format!("job {id}"))),
-        Err(e) => Err(problem(e)),
-    }
+    let found = state.idem.job(id).await;
+    visible(found, |job| sees_job(principal, job), &format!("job {id}"))
 }
 
 /// One job.
@@ -218,14 +177,9 @@ pub async fn list(
         Ok(l) => l,
         Err(p) => return p.into_response(),
     };
-    let job_state = match query
-        .state
-        .as_deref()
-        .map(str::parse::<JobState>)
-        .transpose()
-    {
+    let job_state = match parsed::<JobState>(query.state.as_deref()) {
         Ok(s) => s,
-        Err(e) => return invalid(e.to_string()).into_response(),
+        Err(p) => return p.into_response(),
     };
     let params = JobList {
         state: job_state,
@@ -236,20 +190,7 @@ pub async fn list(
         limit: limit + 1,
     };
     match state.idem.jobs(params).await {
-        Ok(mut jobs) => {
-            let next = (jobs.len() > limit as usize).then(|| {
-                jobs.truncate(limit as usize);
-                jobs.last().map(|j| j.id)
-            });
-            let page = JobPage {
-                jobs: jobs
-                    .into_iter()
-                    .map(|j| JobView::of(&principal, j))
-                    .collect(),
-                next: next.flatten(),
-            };
-            axum::Json(page).into_response()
-        }
+        Ok(jobs) => axum::Json(JobPage::of(&principal, jobs, limit)).into_response(),
         Err(e) => problem(e).into_response(),
     }
 }

@@ -6,10 +6,12 @@
 //! the Idempotency-Key layer, which therefore scopes keys by principal and never sees a
 //! request that failed authentication.
 
+mod batches;
 mod error;
 mod extract;
 mod intents;
 mod jobs;
+mod keyed;
 mod limits;
 mod openapi;
 mod operator;
@@ -35,7 +37,9 @@ use crate::problem::Problem;
 
 pub use limits::Limits;
 pub use openapi::ApiDoc;
-pub use view::{EnqueuedView, IntentView, JobPage, JobView};
+pub use view::{
+    BatchAddedView, BatchPage, BatchView, EnqueuedView, IntentView, JobPage, JobView, SuccessorView,
+};
 
 /// The largest page a listing returns.
 pub const MAX_PAGE: u32 = 500;
@@ -61,7 +65,7 @@ impl Settings {
             None => Ok(DEFAULT_PAGE),
             Some(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
             Some(n) => Err(error::invalid(format!(
-                "limit {n} is outside 1..={MAX_PAGE}; page with `after`"
+                "limit {n} is outside 1..={MAX_PAGE}; page through with each page's `next`"
             ))),
         }
     }
@@ -113,6 +117,13 @@ impl Api {
             .route("/v1/purge", post(operator::purge))
             .route("/v1/ledger/verify", get(operator::ledger_verify))
             .route("/v1/ledger/repair", post(operator::ledger_repair))
+            .route("/v1/batches", post(batches::create).get(batches::list))
+            .route("/v1/batches/{id}", get(batches::get))
+            .route(
+                "/v1/batches/{id}/children",
+                post(batches::add).get(batches::children),
+            )
+            .route("/v1/batches/{id}/seal", post(batches::seal))
             .route("/v1/claims", post(worker::claim))
             .route("/v1/jobs/{id}/heartbeat", post(worker::heartbeat))
             .route("/v1/jobs/{id}/complete", post(worker::complete))
@@ -138,6 +149,7 @@ impl Api {
             .method_not_allowed_fallback(method_not_allowed)
             .with_state(state)
             .layer(DefaultBodyLimit::max(max_body))
+            .layer(axum::Extension(extract::BodyLimit(max_body)))
             .layer(from_fn_with_state(Arc::new(self.limits), limits::enforce)))
     }
 }

@@ -7,16 +7,19 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{intents, jobs, operator, queues, view, worker};
+use super::{batches, intents, jobs, operator, queues, view, worker};
 use crate::problem::Problem;
 
 /// The API's OpenAPI document.
 #[derive(OpenApi)]
 #[openapi(
     info(title = "idem", description = "Durable background jobs whose effects happen once: \
-        enqueue with Idempotency-Key, claim with fences, intents for remote effects."),
+        enqueue with Idempotency-Key, batches with a successor, claim with fences, intents \
+        for remote effects."),
     paths(
         jobs::enqueue, jobs::get, jobs::list, jobs::retry, jobs::cancel,
+        batches::create, batches::add, batches::seal, batches::list, batches::get,
+        batches::children,
         worker::claim, worker::heartbeat, worker::complete, worker::fail,
         intents::begin, intents::renew, intents::complete, intents::fail, intents::unknown,
         intents::release, intents::list, intents::get, intents::resolve,
@@ -25,7 +28,8 @@ use crate::problem::Problem;
         operator::ledger_verify, operator::ledger_repair,
     ),
     components(schemas(Problem, view::JobView, view::EnqueuedView, view::JobPage,
-        view::IntentView, view::QueueCountView)),
+        view::IntentView, view::QueueCountView, view::BatchView, view::BatchAddedView,
+        view::BatchPage, view::SuccessorView)),
     modifiers(&Bearer, &Problems),
 )]
 pub struct ApiDoc;

@@ -180,7 +180,7 @@ pub struct PurgeRequest {
 /// Records of one kind past their retention.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct PurgeCount {
-    /// enqueue-keys, effect-keys, intents, finished-jobs, dead-jobs or http-keys.
+    /// enqueue-keys, effect-keys, intents, finished-jobs, dead-jobs, http-keys or batches.
     pub target: String,
     /// How many were deleted (or, for a dry run, would be).
     pub count: u64,

@@ -6,9 +6,12 @@
 //! namespaces overlap. An operator's keys are stored as given, in the namespace the
 //! library and the CLI use.
 
-use idem_store::{IntentRow, JobRow};
+use idem::IdemError;
+use idem_store::{BatchRow, IntentRow, JobRow};
 
+use super::error::{not_found, problem};
 use crate::principal::Principal;
+use crate::problem::Problem;
 
 /// The stored form of a key `principal` gave.
 pub fn store_key(principal: &Principal, key: &str) -> String {
@@ -40,6 +43,25 @@ pub fn filter(principal: &Principal) -> Option<String> {
 /// Whether `principal` may see `job`.
 pub fn sees_job(principal: &Principal, job: &JobRow) -> bool {
     principal.is_operator() || job.principal.as_deref() == Some(principal.name())
+}
+
+/// The record `found` if the principal may see it (`sees`), else 404 for `what`, as when
+/// it does not exist.
+pub fn visible<T>(
+    found: Result<Option<T>, IdemError>,
+    sees: impl FnOnce(&T) -> bool,
+    what: &str,
+) -> Result<T, Problem> {
+    match found {
+        Ok(Some(row)) if sees(&row) => Ok(row),
+        Ok(_) => Err(not_found(what)),
+        Err(e) => Err(problem(e)),
+    }
+}
+
+/// Whether `principal` may see `batch` (and act on it).
+pub fn sees_batch(principal: &Principal, batch: &BatchRow) -> bool {
+    principal.is_operator() || batch.principal.as_deref() == Some(principal.name())
 }
 
 /// Whether `principal` may see `intent` (held by `job`, when the job is still stored).

@@ -145,6 +145,10 @@ async fn claim_of(
 pub struct CompleteRequest {
     /// The claim's fence.
     pub fence: i64,
+    /// What the job completed with (at most 64 KiB of JSON); a batch's successor reads
+    /// its children's.
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<serde_json::Value>,
 }
 
 /// Complete a claimed job.
@@ -163,7 +167,7 @@ pub async fn complete(
         Ok(lease) => lease,
         Err(p) => return p.into_response(),
     };
-    match state.protocol.complete(lease).await {
+    match state.protocol.complete(lease, request.result).await {
         Ok(row) => axum::Json(JobView::of(&principal, row)).into_response(),
         Err(e) => problem(e).into_response(),
     }

@@ -1,8 +1,11 @@
 -- Completes, in one statement, every job in $1/$2 (job ids and their fences, bigint[]
--- each) whose claim is current, and records each completed attempt; $3 timestamptz, NULL
--- = database clock.
--- Returns the ids completed: a lease missing from the result was no longer current and
--- nothing was written for it.
+-- each) whose claim is current, keeps the results $4/$5 (job ids and their results,
+-- bigint[] and jsonb[]; a job not listed has none) and records each completed attempt; $3
+-- timestamptz, NULL = database clock. $6 false leaves children of batches alone (the
+-- store's one-statement path, whose caller completes them again in a transaction that
+-- counts their batches).
+-- Returns the ids completed, each with its batch: a lease missing from the result was
+-- not completed and nothing was written for it.
 -- PostgreSQL dialect: the leases arrive as two arrays in the binary protocol, unpacked
 -- with unnest (SQLite: a JSON array and json_each), and the attempt rows are written by a
 -- data-modifying CTE of the same statement, so the whole batch is one round trip
@@ -15,23 +18,26 @@ WITH locked AS (
     FROM idem_job
     JOIN unnest($1::bigint[], $2::bigint[]) AS l(job_id, fence)
       ON idem_job.id = l.job_id AND idem_job.fence = l.fence
-    WHERE idem_job.state = 'running'
+    WHERE idem_job.state = 'running' AND ($6 OR idem_job.batch_id IS NULL)
     ORDER BY idem_job.id
     FOR NO KEY UPDATE OF idem_job
 ), done AS (
     UPDATE idem_job
     SET state = 'completed',
         finalized_at = coalesce($3::timestamptz, now()),
-        lease_expires_at = NULL
+        lease_expires_at = NULL,
+        result = r.result
     FROM locked
+    LEFT JOIN unnest($4::bigint[], $5::jsonb[]) AS r(job_id, result) ON r.job_id = locked.id
     WHERE idem_job.id = locked.id
       AND idem_job.fence = locked.fence
       AND idem_job.state = 'running'
-    RETURNING idem_job.id, idem_job.attempt, idem_job.fence, idem_job.attempted_at,
-              idem_job.finalized_at
+      AND ($6 OR idem_job.batch_id IS NULL)
+    RETURNING idem_job.id, idem_job.batch_id, idem_job.attempt, idem_job.fence,
+              idem_job.attempted_at, idem_job.finalized_at
 ), recorded AS (
     INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, error, started_at,
                                   finished_at)
     SELECT id, attempt, fence, 'completed', NULL, attempted_at, finalized_at FROM done
 )
-SELECT id FROM done
+SELECT id, batch_id FROM done

@@ -3,6 +3,8 @@
 -- $6 true = snooze: scheduled at now + $3 ms with the claim's attempt given back and the
 -- snooze counted (snoozes + 1), never dead; a snooze keeps the last error (its message is
 -- in the attempt history).
+-- $7 false leaves a child of a batch alone (the store's one-statement path, whose caller
+-- fails it again in a transaction that counts its batch).
 -- The attempt row (retryable, dead or snoozed, with the claim's attempt number) is written
 -- in the same statement; no row: the claim is not current and nothing was written.
 -- PostgreSQL dialect: the attempt row comes from a data-modifying CTE (SQLite runs
@@ -22,7 +24,7 @@ WITH done AS (
                             THEN coalesce($5::timestamptz, now()) END,
         last_error = CASE WHEN $6 THEN last_error ELSE $4 END,
         lease_expires_at = NULL
-    WHERE id = $1 AND fence = $2 AND state = 'running'
+    WHERE id = $1 AND fence = $2 AND state = 'running' AND ($7 OR batch_id IS NULL)
     RETURNING *
 ), recorded AS (
     INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, error, started_at,

@@ -5,7 +5,9 @@
 -- for a job inserted claimed claim_worker text[] and lease_ms int8[] (NULL otherwise);
 -- $9: now as timestamptz, or NULL for the database clock; $10: enqueue_key text[] (the
 -- key each job is enqueued with, kept on the job whether or not it gets the key); $11:
--- principal text[] (who enqueues each job, NULL = the library). A claimed job is running from
+-- principal text[] (who enqueues each job, NULL = the library); $12..$14: batch_id,
+-- follows_job_id and follows_batch_id int8[] (a batch's child, a chain's successor, a
+-- batch's successor; NULL = none). A claimed job is running from
 -- now: attempt 1, fence 1, leased to claim_worker until now + lease_ms, where now is
 -- this statement's clock (clock_timestamp(), not the transaction's start), so a lease
 -- does not run down while the transaction waits (idem_store::enqueue renews it once more
@@ -15,7 +17,7 @@
 -- identity ids follow the input order.
 INSERT INTO idem_job (kind, queue, args, priority, state, max_attempts, run_at, created_at,
                       attempt, fence, lease_owner, attempted_at, lease_expires_at,
-                      enqueue_key, principal)
+                      enqueue_key, principal, batch_id, follows_job_id, follows_batch_id)
 SELECT j.kind,
        j.queue,
        j.args,
@@ -32,11 +34,16 @@ SELECT j.kind,
        CASE WHEN j.claim_worker IS NOT NULL THEN t.now END,
        coalesce($9::timestamptz, clock_timestamp()) + j.lease_ms * interval '1 millisecond',
        j.enqueue_key,
-       j.principal
+       j.principal,
+       j.batch_id,
+       j.follows_job_id,
+       j.follows_batch_id
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int2[], $5::timestamptz[],
-            $6::int4[], $7::text[], $8::int8[], $10::text[], $11::text[])
+            $6::int4[], $7::text[], $8::int8[], $10::text[], $11::text[], $12::int8[],
+            $13::int8[], $14::int8[])
          WITH ORDINALITY AS j(kind, queue, args, priority, run_at, max_attempts,
-                              claim_worker, lease_ms, enqueue_key, principal, ord),
+                              claim_worker, lease_ms, enqueue_key, principal, batch_id,
+                              follows_job_id, follows_batch_id, ord),
      (SELECT coalesce($9::timestamptz, now()) AS now) AS t
 ORDER BY j.ord
 RETURNING id, state, run_at, created_at

@@ -12,9 +12,9 @@
 //! no attempt row.
 
 use idem_store::{
-    JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail, JobHeartbeat,
-    JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, LeaseRenewal, LeaseToken, StoreError,
-    StoreResult,
+    Completed, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
+    JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, JobState, LeaseRenewal,
+    LeaseToken, StoreError, StoreResult,
 };
 use sqlx::{Executor, PgConnection, Postgres};
 
@@ -96,6 +96,9 @@ where
                 .map(|j| j.principal.as_deref())
                 .collect::<Vec<_>>(),
         )
+        .bind(jobs.iter().map(|j| j.batch_id).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|j| j.follows_job).collect::<Vec<_>>())
+        .bind(jobs.iter().map(|j| j.follows_batch).collect::<Vec<_>>())
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
@@ -152,18 +155,28 @@ where
 }
 
 /// Completes a job under its fence and records the attempt, in one statement.
-pub(crate) async fn complete<'e, E>(ex: E, p: JobComplete) -> StoreResult<JobRow>
+/// `batches: false` leaves a child of a batch alone (`LeaseLost`), for a path that does
+/// not count batches.
+pub(crate) async fn complete<'e, E>(ex: E, p: JobComplete, batches: bool) -> StoreResult<JobRow>
 where
     E: Executor<'e, Database = Postgres>,
 {
     let q = sqlx::query(include_str!("../../queries/job/complete.sql"))
         .bind(p.lease.job_id)
         .bind(p.lease.fence)
-        .bind(p.now);
+        .bind(p.now)
+        .bind(p.result)
+        .bind(batches);
     guarded(ex, q, p.lease, row::job).await
 }
 
-pub(crate) async fn complete_many<'e, E>(ex: E, p: JobCompleteMany) -> StoreResult<Vec<i64>>
+/// Completes many jobs, each under its fence, in one statement; `batches` as for
+/// [`complete`].
+pub(crate) async fn complete_many<'e, E>(
+    ex: E,
+    p: JobCompleteMany,
+    batches: bool,
+) -> StoreResult<Vec<Completed>>
 where
     E: Executor<'e, Database = Postgres>,
 {
@@ -171,17 +184,23 @@ where
         return Ok(Vec::new());
     }
     let (ids, fences) = lease_columns(&p.leases);
-    sqlx::query_scalar(include_str!("../../queries/job/complete_many.sql"))
+    let (result_ids, results): (Vec<i64>, Vec<serde_json::Value>) = p.results.into_iter().unzip();
+    let rows = sqlx::query(include_str!("../../queries/job/complete_many.sql"))
         .bind(ids)
         .bind(fences)
         .bind(p.now)
+        .bind(result_ids)
+        .bind(results)
+        .bind(batches)
         .fetch_all(ex)
         .await
-        .map_err(interpret_error)
+        .map_err(interpret_error)?;
+    rows.iter().map(row::completed).collect()
 }
 
-/// Records a failed (or snoozed) attempt under the fence, in one statement.
-pub(crate) async fn fail<'e, E>(ex: E, p: JobFail) -> StoreResult<JobRow>
+/// Records a failed (or snoozed) attempt under the fence, in one statement; `batches` as
+/// for [`complete`].
+pub(crate) async fn fail<'e, E>(ex: E, p: JobFail, batches: bool) -> StoreResult<JobRow>
 where
     E: Executor<'e, Database = Postgres>,
 {
@@ -192,7 +211,8 @@ where
         .bind(p.retry_in_ms)
         .bind(p.error)
         .bind(p.now)
-        .bind(p.snooze);
+        .bind(p.snooze)
+        .bind(batches);
     guarded(ex, q, lease, row::job).await
 }
 
@@ -261,7 +281,8 @@ where
     rows.iter().map(row::job).collect()
 }
 
-pub(crate) async fn retry<'e, E>(ex: E, p: JobRetry) -> StoreResult<Vec<JobRow>>
+/// Puts dead or cancelled jobs back to available; each with the state it left.
+pub(crate) async fn retry<'e, E>(ex: E, p: JobRetry) -> StoreResult<Vec<(JobRow, JobState)>>
 where
     E: Executor<'e, Database = Postgres>,
 {
@@ -271,7 +292,12 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
-    row::sorted_jobs(rows)
+    let mut retried = rows
+        .iter()
+        .map(|r| Ok((row::job(r)?, row::get::<String>(r, "was")?.parse()?)))
+        .collect::<StoreResult<Vec<(JobRow, JobState)>>>()?;
+    retried.sort_by_key(|(j, _)| j.id);
+    Ok(retried)
 }
 
 pub(crate) async fn discard<'e, E>(ex: E, p: JobDiscard) -> StoreResult<Vec<i64>>

@@ -10,6 +10,7 @@
 //! job's row from `job_lock` to commit, and READ COMMITTED re-checks a guarded `WHERE`
 //! against the latest committed row before writing it.
 
+pub(crate) mod batch;
 pub(crate) mod clock;
 pub(crate) mod counter;
 pub(crate) mod effect;

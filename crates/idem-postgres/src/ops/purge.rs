@@ -1,5 +1,5 @@
 //! Purges (`queries/purge/`): one bounded batch of dedup records (enqueue keys, effect
-//! keys, intents, Idempotency-Key records) or finished jobs older than a time, oldest first, and the count of what is left to purge. A purged job takes
+//! keys, intents, Idempotency-Key records), finished jobs or finished batches older than a time, oldest first, and the count of what is left to purge. A purged job takes
 //! its attempt history and enqueue key with it, in the same statement.
 
 use idem_store::{Purge, PurgeTarget, StoreResult, Timestamp};
@@ -28,6 +28,7 @@ where
         PurgeTarget::EffectKeys => sqlx::query(include_str!("../../queries/purge/effect_keys.sql")),
         PurgeTarget::Intents => sqlx::query(include_str!("../../queries/purge/intents.sql")),
         PurgeTarget::HttpKeys => sqlx::query(include_str!("../../queries/purge/http_keys.sql")),
+        PurgeTarget::Batches => sqlx::query(include_str!("../../queries/purge/batches.sql")),
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
             sqlx::query(include_str!("../../queries/purge/jobs.sql"))
         }
@@ -56,6 +57,9 @@ where
         }
         PurgeTarget::HttpKeys => {
             sqlx::query(include_str!("../../queries/purge/count_http_keys.sql")).bind(before)
+        }
+        PurgeTarget::Batches => {
+            sqlx::query(include_str!("../../queries/purge/count_batches.sql")).bind(before)
         }
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
             sqlx::query(include_str!("../../queries/purge/count_jobs.sql"))

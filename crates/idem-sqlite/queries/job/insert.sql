@@ -2,14 +2,14 @@
 -- state, run_at, created_at): the store rebuilds each row from the job it was given.
 -- ?1: JSON array of {kind, queue, args, priority, run_at (ms or null), max_attempts, and
 -- for a job inserted claimed claim_worker and lease_ms, the enqueue_key it is
--- enqueued with (kept on the job whether or not it gets the key), and the principal
--- enqueuing it}; ?2: now in ms, or NULL for the
+-- enqueued with (kept on the job whether or not it gets the key), the principal
+-- enqueuing it, and batch_id, follows_job_id and follows_batch_id when set}; ?2: now in ms, or NULL for the
 -- database clock. A claimed job is running from now: attempt 1, fence 1, leased to
 -- claim_worker until now + lease_ms.
 -- SQLite dialect: the batch arrives as one JSON text and is unpacked with json_each.
 INSERT INTO idem_job (kind, queue, args, priority, state, max_attempts, run_at, created_at,
                       attempt, fence, lease_owner, attempted_at, lease_expires_at,
-                      enqueue_key, principal)
+                      enqueue_key, principal, batch_id, follows_job_id, follows_batch_id)
 SELECT j.value ->> 'kind',
        j.value ->> 'queue',
        json(j.value -> 'args'),
@@ -26,7 +26,10 @@ SELECT j.value ->> 'kind',
        CASE WHEN j.value ->> 'claim_worker' IS NOT NULL THEN t.now END,
        t.now + (j.value ->> 'lease_ms'),
        j.value ->> 'enqueue_key',
-       j.value ->> 'principal'
+       j.value ->> 'principal',
+       j.value ->> 'batch_id',
+       j.value ->> 'follows_job_id',
+       j.value ->> 'follows_batch_id'
 FROM json_each(?1) AS j,
      (SELECT coalesce(?2, CAST(unixepoch('subsec') * 1000 AS INTEGER)) AS now) AS t
 ORDER BY j.key

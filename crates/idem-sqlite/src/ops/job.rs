@@ -7,9 +7,9 @@
 //! takes its attempt history and enqueue key with it.
 
 use idem_store::{
-    AttemptOutcome, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
-    JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, LeaseRenewal,
-    StoreError, StoreResult,
+    AttemptOutcome, Completed, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard,
+    JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, JobState,
+    LeaseRenewal, StoreError, StoreResult,
 };
 use rusqlite::{Connection, params};
 
@@ -62,6 +62,12 @@ fn insert_json(p: &JobInsert) -> StoreResult<String> {
         enqueue_key: Option<&'a str>,
         #[serde(skip_serializing_if = "Option::is_none")]
         principal: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        batch_id: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        follows_job_id: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        follows_batch_id: Option<i64>,
     }
     let items: Vec<Item<'_>> = p
         .jobs
@@ -77,6 +83,9 @@ fn insert_json(p: &JobInsert) -> StoreResult<String> {
             lease_ms: j.claim.as_ref().map(|c| c.lease_ms),
             enqueue_key: j.enqueue_key.as_deref(),
             principal: j.principal.as_deref(),
+            batch_id: j.batch_id,
+            follows_job_id: j.follows_job,
+            follows_batch_id: j.follows_batch,
         })
         .collect();
     json_list(&items)
@@ -123,9 +132,18 @@ pub(crate) fn lock(c: &Connection, p: &JobLock) -> StoreResult<JobRow> {
     guarded(jobs, p.lease)
 }
 
-pub(crate) fn complete(c: &Connection, p: &JobComplete) -> StoreResult<JobRow> {
+/// Completes a job under its fence and records the attempt. `batches: false` leaves a
+/// child of a batch alone (`LeaseLost`), for a path that does not count batches.
+pub(crate) fn complete(c: &Connection, p: &JobComplete, batches: bool) -> StoreResult<JobRow> {
     let sql = include_str!("../../queries/job/complete.sql");
-    let args = params![p.lease.job_id, p.lease.fence, p.now.map(ts_to_ms)];
+    let result = p.result.as_ref().map(json_list).transpose()?;
+    let args = params![
+        p.lease.job_id,
+        p.lease.fence,
+        p.now.map(ts_to_ms),
+        result,
+        batches
+    ];
     let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
     job_attempt::insert(
         c,
@@ -134,20 +152,38 @@ pub(crate) fn complete(c: &Connection, p: &JobComplete) -> StoreResult<JobRow> {
     Ok(job)
 }
 
-pub(crate) fn complete_many(c: &Connection, p: &JobCompleteMany) -> StoreResult<Vec<i64>> {
+/// Completes many jobs, each under its fence, and keeps their results; `batches` as for
+/// [`complete`].
+pub(crate) fn complete_many(
+    c: &Connection,
+    p: &JobCompleteMany,
+    batches: bool,
+) -> StoreResult<Vec<Completed>> {
     if p.leases.is_empty() {
         return Ok(Vec::new());
     }
     let sql = include_str!("../../queries/job/complete_many.sql");
-    let args = params![json_list(&p.leases)?, p.now.map(ts_to_ms)];
-    let ids: Vec<i64> = rows(c, sql, args, |r| r.get(0).map_err(interpret_error))?;
-    if !ids.is_empty() {
-        job_attempt::insert_completed(c, &ids)?;
+    let args = params![json_list(&p.leases)?, p.now.map(ts_to_ms), batches];
+    let done = rows(c, sql, args, row::completed)?;
+    if done.is_empty() {
+        return Ok(done);
     }
-    Ok(ids)
+    let ids: Vec<i64> = done.iter().map(|d| d.job_id).collect();
+    job_attempt::insert_completed(c, &ids)?;
+    if !p.results.is_empty() {
+        let completed: std::collections::HashSet<i64> = ids.into_iter().collect();
+        let sql = include_str!("../../queries/job/set_result.sql");
+        let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+        for (id, result) in p.results.iter().filter(|(id, _)| completed.contains(id)) {
+            stmt.execute(params![id, json_list(result)?])
+                .map_err(interpret_error)?;
+        }
+    }
+    Ok(done)
 }
 
-pub(crate) fn fail(c: &Connection, p: &JobFail) -> StoreResult<JobRow> {
+/// Records a failed (or snoozed) attempt under the fence; `batches` as for [`complete`].
+pub(crate) fn fail(c: &Connection, p: &JobFail, batches: bool) -> StoreResult<JobRow> {
     let sql = include_str!("../../queries/job/fail.sql");
     let now = p.now.map(ts_to_ms);
     let args = params![
@@ -156,7 +192,8 @@ pub(crate) fn fail(c: &Connection, p: &JobFail) -> StoreResult<JobRow> {
         p.retry_in_ms,
         p.error,
         now,
-        p.snooze
+        p.snooze,
+        batches
     ];
     let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
     let outcome = AttemptOutcome::of_failure(&job, p.snooze);
@@ -211,10 +248,27 @@ pub(crate) fn get_many(c: &Connection, ids: &[i64]) -> StoreResult<Vec<JobRow>> 
     rows(c, sql, [json_list(&ids)?], row::job)
 }
 
-pub(crate) fn retry(c: &Connection, p: &JobRetry) -> StoreResult<Vec<JobRow>> {
+/// Puts dead or cancelled jobs back to available; each with the state it left.
+pub(crate) fn retry(c: &Connection, p: &JobRetry) -> StoreResult<Vec<(JobRow, JobState)>> {
+    let ids = json_list(&p.ids)?;
+    let was: std::collections::HashMap<i64, JobState> = rows(
+        c,
+        include_str!("../../queries/job/states.sql"),
+        [&ids],
+        row::job_state,
+    )?
+    .into_iter()
+    .collect();
     let sql = include_str!("../../queries/job/retry.sql");
-    let args = params![json_list(&p.ids)?, p.now.map(ts_to_ms)];
-    Ok(sorted(rows(c, sql, args, row::job)?))
+    let jobs = sorted(rows(c, sql, params![ids, p.now.map(ts_to_ms)], row::job)?);
+    jobs.into_iter()
+        .map(|j| {
+            let state = was.get(&j.id).copied().ok_or_else(|| {
+                StoreError::Database(format!("job {} was retried from no final state", j.id))
+            })?;
+            Ok((j, state))
+        })
+        .collect()
 }
 
 pub(crate) fn discard(c: &Connection, p: &JobDiscard) -> StoreResult<Vec<i64>> {

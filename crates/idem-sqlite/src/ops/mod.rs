@@ -8,6 +8,7 @@
 //! change it records. Statements come from `queries/`, prepared once per connection
 //! (`prepare_cached`), with `?N` placeholders bound by number.
 
+pub(crate) mod batch;
 pub(crate) mod clock;
 pub(crate) mod counter;
 pub(crate) mod effect;

@@ -1,5 +1,5 @@
 //! Purges (`queries/purge/`): one bounded batch of dedup records (enqueue keys, effect
-//! keys, intents, Idempotency-Key records) or finished jobs older than a time, oldest first, and the count of what is left to purge. A purged job takes
+//! keys, intents, Idempotency-Key records), finished jobs or finished batches older than a time, oldest first, and the count of what is left to purge. A purged job takes
 //! its attempt history and enqueue key with it.
 
 use idem_store::{Purge, PurgeTarget, StoreResult};
@@ -33,6 +33,19 @@ pub(crate) fn delete(c: &Connection, p: &Purge) -> StoreResult<u64> {
         PurgeTarget::EffectKeys => keys(include_str!("../../queries/purge/effect_keys.sql")),
         PurgeTarget::Intents => keys(include_str!("../../queries/purge/intents.sql")),
         PurgeTarget::HttpKeys => keys(include_str!("../../queries/purge/http_keys.sql")),
+        PurgeTarget::Batches => {
+            let sql = include_str!("../../queries/purge/batches.sql");
+            let gone: Vec<i64> = rows(c, sql, params![before, limit], |r| {
+                r.get(0).map_err(interpret_error)
+            })?;
+            if !gone.is_empty() {
+                let sql = include_str!("../../queries/purge/batch_shards.sql");
+                let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+                stmt.execute([super::json_list(&gone)?])
+                    .map_err(interpret_error)?;
+            }
+            Ok(gone.len() as u64)
+        }
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
             let sql = include_str!("../../queries/purge/jobs.sql");
             let args = params![before, limit, purged_states(p.target)];
@@ -63,6 +76,10 @@ pub(crate) fn count(c: &Connection, target: PurgeTarget, before: i64) -> StoreRe
         ),
         PurgeTarget::HttpKeys => count(
             include_str!("../../queries/purge/count_http_keys.sql"),
+            &[&before],
+        ),
+        PurgeTarget::Batches => count(
+            include_str!("../../queries/purge/count_batches.sql"),
             &[&before],
         ),
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => count(

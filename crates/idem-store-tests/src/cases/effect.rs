@@ -121,6 +121,7 @@ pub async fn effect_claim_survives_its_holder_purged_meanwhile(db: &TestDb) {
     assert_eq!(first.expect("claim"), EffectClaimed::New);
     // Completed, so the purge may take its key (a job that may run again keeps it).
     let done = JobComplete {
+        result: None,
         lease: holder.lease_token(),
         now: None,
     };

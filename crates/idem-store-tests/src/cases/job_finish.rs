@@ -227,6 +227,7 @@ pub async fn complete_many_finishes_only_current_claims(db: &TestDb) {
         waiting.lease_token(),
     ];
     let params = idem_store::JobCompleteMany {
+        results: Vec::new(),
         leases,
         now: Some(at(7_000)),
     };

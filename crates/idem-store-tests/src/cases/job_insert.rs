@@ -18,6 +18,9 @@ pub async fn insert_one_stores_the_defaults(db: &TestDb) {
     };
     let row = insert_one(db, new, t0()).await;
     let expected = JobRow {
+        follows_job: None,
+        follows_batch: None,
+        result: None,
         id: row.id,
         kind: "receipt-mail".into(),
         queue: QUEUE.into(),

@@ -197,6 +197,7 @@ async fn rescue_beside_a_lock(db: &TestDb, store: Arc<dyn Store>) {
     }
     let done = tx
         .job_complete(JobComplete {
+            result: None,
             lease: row.lease_token(),
             now: Some(at(1_000)),
         })
@@ -235,6 +236,7 @@ pub async fn lock_holds_off_a_concurrent_cancel(db: &TestDb) {
     assert_waits_for(db, &mut tx, &cancel).await;
     let done = tx
         .job_complete(JobComplete {
+            result: None,
             lease: row.lease_token(),
             now: Some(at(1_000)),
         })
@@ -345,6 +347,7 @@ pub async fn heartbeat_and_complete_many_lock_in_one_order(db: &TestDb) {
     .await;
     let (done_pid, done) = in_own_tx(db, move |mut tx| async move {
         let params = JobCompleteMany {
+            results: Vec::new(),
             leases: vec![b, a],
             now: Some(at(2_000)),
         };
@@ -440,6 +443,7 @@ pub async fn lock_outlasts_a_heartbeat_beside_a_waiting_cancel(db: &TestDb) {
     assert!(!cancel.is_finished(), "the cancel waits for the lock");
     let done = tx
         .job_complete(JobComplete {
+            result: None,
             lease,
             now: Some(at(6_000)),
         })

@@ -196,6 +196,7 @@ pub async fn purge_effect_keys_created_before_the_cutoff(db: &TestDb) {
     }
     let done = tx
         .job_complete(JobComplete {
+            result: None,
             lease: row.lease_token(),
             now: Some(at(8_000)),
         })
@@ -396,6 +397,7 @@ async fn fill_finished(
         assert_eq!(claimed.len(), chunk, "claiming chunk {c}");
         let when = at(first_ms * (c as i64 + 1));
         let params = JobCompleteMany {
+            results: Vec::new(),
             leases: claimed.iter().map(JobRow::lease_token).collect(),
             now: Some(when),
         };

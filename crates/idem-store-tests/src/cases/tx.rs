@@ -272,6 +272,7 @@ pub async fn tx_effect_commits_with_the_completion(db: &TestDb) {
             .await
             .expect("effect");
         let params = JobComplete {
+            result: None,
             lease: row.lease_token(),
             now: Some(at(1_000)),
         };

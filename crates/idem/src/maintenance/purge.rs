@@ -1,5 +1,5 @@
 //! Purges on the client: records past their retention (enqueue keys, effect keys,
-//! intents, finished and dead jobs) deleted in bounded batches, for operators (`idem purge`)
+//! intents, finished and dead jobs, finished batches) deleted in bounded batches, for operators (`idem purge`)
 //! and for the purge service.
 //!
 //! What must stay true: the cutoff is now (the client's clock, else the database's)
@@ -28,6 +28,7 @@ impl Idem {
             PurgeTarget::FinishedJobs => r.finished_jobs,
             PurgeTarget::DeadJobs => r.dead_jobs,
             PurgeTarget::HttpKeys => r.http_keys,
+            PurgeTarget::Batches => r.finished_jobs,
         };
         let window = chrono::Duration::from_std(window).map_err(|_| {
             IdemError::Config(format!("the {target} retention is too long to compute"))

@@ -163,6 +163,9 @@ mod tests {
             snoozes,
             enqueue_key: None,
             principal: None,
+            follows_job: None,
+            follows_batch: None,
+            result: None,
         }
     }
 

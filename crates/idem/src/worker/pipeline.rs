@@ -36,9 +36,16 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaph
     shared.job_ended();
 }
 
-/// Runs the handler in its own task under the job timeout. `Ok(true)`: the handler
-/// completed the job in its effect transaction.
-async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
+/// How a handler that returned `Ok` left its job.
+enum Done {
+    /// It completed the job in its effect transaction.
+    InTx,
+    /// The worker completes it, with the result the handler set.
+    Pending(Option<serde_json::Value>),
+}
+
+/// Runs the handler in its own task under the job timeout.
+async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<Done, JobError> {
     let lost = Arc::new(LeaseSignal::default());
     let held = Held { lost: lost.clone() };
     shared
@@ -59,7 +66,10 @@ async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<bool, JobError> {
     let mut abort = shared.abort.subscribe();
     tokio::select! {
         out = tokio::time::timeout(timeout, run) => match out {
-            Ok(Ok((cx, result))) => result.map(|()| cx.completed),
+            Ok(Ok((mut cx, result))) => result.map(|()| match cx.completed {
+                true => Done::InTx,
+                false => Done::Pending(cx.result.take()),
+            }),
             Ok(Err(panic)) => {
                 Stats::add(&shared.stats.panicked, 1);
                 let msg = panic_message(panic);
@@ -96,11 +106,10 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Records the attempt's outcome under the claim's fence.
-async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) {
-    let lease = job.lease_token();
+async fn finish(shared: &Shared, job: &JobRow, outcome: Result<Done, JobError>) {
     let result = match outcome {
-        Ok(true) => Ok(Finished::Completed),
-        Ok(false) => match shared.completer.complete(lease).await {
+        Ok(Done::InTx) => Ok(Finished::Completed),
+        Ok(Done::Pending(result)) => match shared.completer.complete(job, result).await {
             Ok(true) => Ok(Finished::Completed),
             Ok(false) => Ok(Finished::LeaseLost),
             Err(e) => Err(e),
@@ -110,6 +119,11 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<bool, JobError>) 
             .await
             .map(|(_, finished)| finished),
     };
+    if job.batch_id.is_some() && matches!(result, Ok(Finished::Completed | Finished::Dead)) {
+        // The batch's successor may have been enqueued: wake this process's claim loops
+        // (other processes find it at their next poll).
+        shared.idem.waker.local().notify_waiters();
+    }
     let stats = &shared.stats;
     match result {
         Ok(Finished::Completed) => Stats::add(&stats.completed, 1),

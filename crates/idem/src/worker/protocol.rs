@@ -146,13 +146,23 @@ impl WorkerProtocol {
             .ok_or_else(|| StoreError::lease_lost(lease).into())
     }
 
-    /// Completes the job under its claim; `LeaseLost` when the claim is not current.
-    pub async fn complete(&self, lease: LeaseToken) -> Result<JobRow, IdemError> {
+    /// Completes the job under its claim, keeping `result` (checked as a handler's
+    /// would be); `LeaseLost` when the claim is not current. A child of a batch moves its
+    /// batch's counts, and the last one enqueues the batch's successor.
+    pub async fn complete(
+        &self,
+        lease: LeaseToken,
+        result: Option<serde_json::Value>,
+    ) -> Result<JobRow, IdemError> {
+        if let Some(r) = &result {
+            crate::context::check_result(r)?;
+        }
         Ok(self
             .idem
             .store
             .job_complete(JobComplete {
                 lease,
+                result,
                 now: self.idem.clock.now(),
             })
             .await?)
