@@ -248,6 +248,13 @@ impl Store for PgStore {
     }
 
     async fn purge(&self, p: Purge) -> StoreResult<u64> {
+        if p.target == PurgeTarget::Batches {
+            // Three statements (pick, lock the shards, delete): a transaction.
+            let mut tx = self.begin().await?;
+            let n = tx.purge(p).await?;
+            tx.commit().await?;
+            return Ok(n);
+        }
         ops::purge::delete(&self.pool, p).await
     }
 

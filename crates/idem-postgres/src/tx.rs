@@ -100,7 +100,10 @@ impl StoreTx for PgTx {
     }
 
     async fn purge(&mut self, p: Purge) -> StoreResult<u64> {
-        ops::purge::delete(&mut *self.tx, p).await
+        match p.target {
+            idem_store::PurgeTarget::Batches => ops::purge::batches(&mut self.tx, p).await,
+            _ => ops::purge::delete(&mut *self.tx, p).await,
+        }
     }
 
     async fn job_claim(&mut self, p: JobClaim) -> StoreResult<Vec<JobRow>> {
@@ -137,6 +140,10 @@ impl StoreTx for PgTx {
 
     async fn batch_insert(&mut self, p: BatchInsert) -> StoreResult<BatchRow> {
         ops::batch::insert(&mut *self.tx, p).await
+    }
+
+    async fn batch_shards_lock(&mut self, batch_id: i64) -> StoreResult<()> {
+        ops::batch::shards_lock(&mut *self.tx, batch_id).await
     }
 
     async fn batch_shards_add(&mut self, p: BatchCount) -> StoreResult<()> {

@@ -206,6 +206,11 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::batch::insert(c, &p)).await
     }
 
+    async fn batch_shards_lock(&mut self, batch_id: i64) -> StoreResult<()> {
+        self.run(move |c| ops::batch::shards_lock(c, batch_id))
+            .await
+    }
+
     async fn batch_shards_add(&mut self, p: BatchCount) -> StoreResult<()> {
         self.run(move |c| ops::batch::shards_add(c, &p)).await
     }

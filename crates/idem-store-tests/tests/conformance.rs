@@ -3,9 +3,10 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    batch::*, counter::*, effect::*, enqueue_key::*, http_key::*, intent::*, intent_attack::*,
-    intent_race::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*, job_insert::*,
-    job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, principal::*, purge::*, tx::*,
+    batch::*, batch_attack::*, counter::*, effect::*, enqueue_key::*, http_key::*, intent::*,
+    intent_attack::*, intent_race::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*,
+    job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, principal::*,
+    purge::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -228,6 +229,15 @@ idem_store_tests::store_cases!(
     batch_last_completion_waits_for_the_seal_and_finishes,
     batch_add_waiting_for_a_seal_is_refused,
     batch_purge_deletes_finished_batches_only,
+    // batch attacks
+    batch_attack_refused_add_in_a_callers_transaction_writes_nothing,
+    batch_attack_successor_key_held_by_a_producers_job_still_runs_the_successor,
+    batch_attack_two_retries_of_a_dead_child_at_once_count_once,
+    batch_attack_cancel_racing_the_last_completion_counts_once,
+    batch_attack_stale_completion_racing_the_rescue_counts_once,
+    batch_attack_complete_many_with_a_lease_twice_counts_once,
+    batch_attack_child_deduplicated_into_another_batch_counts_in_its_own,
+    batch_attack_a_result_the_store_refuses_loses_no_other_completion,
 );
 
 idem_store_tests::postgres_cases!(
@@ -236,4 +246,8 @@ idem_store_tests::postgres_cases!(
     ledger_post_survives_its_entry_deleted_meanwhile,
     lock_outlasts_a_heartbeat_beside_a_waiting_cancel,
     ledger_repair_between_a_posts_entry_and_its_total,
+    // batch attacks
+    batch_attack_retry_racing_the_last_completion_does_not_fail_it,
+    batch_attack_purge_racing_a_reopened_childs_completion_does_not_deadlock,
+    batch_attack_fan_out_add_then_complete_in_one_tx_does_not_deadlock,
 );

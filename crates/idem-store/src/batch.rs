@@ -377,6 +377,25 @@ impl BatchTally {
     }
 }
 
+/// Runs `$op` (on `$tx`) inside a savepoint: a refused creation or add leaves nothing in
+/// a caller's transaction that goes on.
+macro_rules! in_savepoint {
+    ($tx:expr, $op:expr) => {{
+        $tx.execute("SAVEPOINT idem_batch", &[]).await?;
+        match $op.await {
+            Ok(out) => {
+                $tx.execute("RELEASE SAVEPOINT idem_batch", &[]).await?;
+                Ok(out)
+            }
+            Err(e) => {
+                $tx.execute("ROLLBACK TO SAVEPOINT idem_batch", &[]).await?;
+                $tx.execute("RELEASE SAVEPOINT idem_batch", &[]).await?;
+                Err(e)
+            }
+        }
+    }};
+}
+
 /// Applies `tally` in `tx`, in batch id order; a batch whose shard it completed is read
 /// under its lock, and enqueues its successor if that leaves it due. A batch that no
 /// longer exists (purged) is skipped.
@@ -393,7 +412,13 @@ pub async fn settle<T: StoreTx + ?Sized>(
             .map(|c| c.shard)
             .collect();
         let batch_id = count.batch_id;
+        let reopens = count.shards.iter().any(|c| !c.finishes());
         let complete = tx.batch_count(count).await?;
+        if reopens {
+            // A child taken out of a final state holds the batch row too, so a change that
+            // is enqueueing the successor meanwhile finishes before this one commits.
+            tx.batch_lock(batch_id, false).await?;
+        }
         if !complete.iter().any(|s| finishing.contains(s)) {
             continue;
         }
@@ -410,6 +435,10 @@ pub async fn settle<T: StoreTx + ?Sized>(
 
 /// Creates a batch with its first children, sealed if asked.
 pub async fn create<T: StoreTx + ?Sized>(tx: &mut T, p: BatchCreate) -> StoreResult<BatchAdded> {
+    in_savepoint!(tx, create_batch(tx, p))
+}
+
+async fn create_batch<T: StoreTx + ?Sized>(tx: &mut T, p: BatchCreate) -> StoreResult<BatchAdded> {
     check_spec(&p.batch)?;
     let now = p.batch.now;
     let key_window_ms = p.batch.key_window_ms;
@@ -425,7 +454,7 @@ pub async fn create<T: StoreTx + ?Sized>(tx: &mut T, p: BatchCreate) -> StoreRes
             key_window_ms,
             now,
         };
-        added = self::add(tx, add).await?;
+        added = add_children(tx, add).await?;
     }
     if p.seal {
         added.batch = seal(
@@ -443,6 +472,10 @@ pub async fn create<T: StoreTx + ?Sized>(tx: &mut T, p: BatchCreate) -> StoreRes
 /// Adds children to an open batch; refused (and nothing written) when it is sealed,
 /// finished or missing.
 pub async fn add<T: StoreTx + ?Sized>(tx: &mut T, p: BatchAdd) -> StoreResult<BatchAdded> {
+    in_savepoint!(tx, add_children(tx, p))
+}
+
+async fn add_children<T: StoreTx + ?Sized>(tx: &mut T, p: BatchAdd) -> StoreResult<BatchAdded> {
     let mut children = p.children;
     for child in &mut children {
         if child.follows_batch.is_some() {
@@ -458,6 +491,24 @@ pub async fn add<T: StoreTx + ?Sized>(tx: &mut T, p: BatchAdd) -> StoreResult<Ba
         now: p.now,
     };
     let children = crate::enqueue::insert(tx, insert).await?;
+    if let Some(taken) = children
+        .iter()
+        .find(|e| e.deduplicated && e.job.batch_id != Some(p.batch_id))
+    {
+        // A repeated creation or fan-out: counting none of its children would let this
+        // batch finish (and its successor run) before any of them ran.
+        return Err(StoreError::Conflict(format!(
+            "a child's enqueue key {:?} is held by job {}, {}: this looks like a batch \
+             created again; nothing was added (create a batch once, e.g. in the effect \
+             transaction that completes the job fanning out, or under an Idempotency-Key)",
+            taken.job.enqueue_key.as_deref().unwrap_or_default(),
+            taken.job.id,
+            match taken.job.batch_id {
+                Some(b) => format!("a child of batch {b}"),
+                None => "in no batch".to_owned(),
+            }
+        )));
+    }
     let mut totals: BTreeMap<i32, ShardCount> = BTreeMap::new();
     for child in children.iter().filter(|e| !e.deduplicated) {
         let shard = shard_of(child.job.id);
@@ -474,6 +525,10 @@ pub async fn add<T: StoreTx + ?Sized>(tx: &mut T, p: BatchAdd) -> StoreResult<Ba
         shards: totals.into_values().collect(),
     };
     if !count.shards.is_empty() {
+        // Every shard of the batch first, in shard order: a transaction that also
+        // completes a child of the batch (a child adding siblings) then holds its shard
+        // already, instead of taking it out of order.
+        tx.batch_shards_lock(p.batch_id).await?;
         tx.batch_shards_add(count).await?;
     }
     if !tx.batch_lock(p.batch_id, true).await? {
@@ -516,7 +571,19 @@ async fn finish_if_due<T: StoreTx + ?Sized>(
         key_window_ms: row.key_window_ms,
         now,
     };
-    let successor = crate::enqueue::insert(tx, insert).await?;
+    let mut successor = crate::enqueue::insert(tx, insert).await?;
+    if successor[0].deduplicated && successor[0].job.follows_batch != Some(row.id) {
+        // Another job took `batch:{id}:done` (a producer's own key): the batch row's lock
+        // and state keep the successor single without the key.
+        let mut job = row.successor_due();
+        job.enqueue_key = None;
+        let insert = JobInsert {
+            jobs: vec![job],
+            key_window_ms: row.key_window_ms,
+            now,
+        };
+        successor = crate::enqueue::insert(tx, insert).await?;
+    }
     let job: &JobRow = &successor[0].job;
     let finish = BatchFinish {
         batch_id: row.id,

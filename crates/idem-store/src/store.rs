@@ -445,6 +445,9 @@ pub trait StoreTx: Send {
     /// Inserts a batch row, open and empty (`batch/insert.sql`).
     async fn batch_insert(&mut self, params: crate::BatchInsert) -> StoreResult<BatchRow>;
 
+    /// Locks every shard row of a batch, in shard order, to the end of the transaction.
+    async fn batch_shards_lock(&mut self, batch_id: i64) -> StoreResult<()>;
+
     /// Adds to the totals of a batch's shards (creating their rows), locking them.
     async fn batch_shards_add(&mut self, params: BatchCount) -> StoreResult<()>;
 

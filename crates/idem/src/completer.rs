@@ -167,12 +167,51 @@ async fn flush(store: &dyn Store, clock: &dyn Clock, batch: Vec<Pending>) {
 }
 
 async fn complete_group(store: &dyn Store, clock: &dyn Clock, group: Vec<Pending>, in_tx: bool) {
+    let result = complete_all(store, clock, &group, in_tx).await;
+    match result {
+        Err(e) if group.len() > 1 && !e.is_retryable() => {
+            // One job the store refuses (a result it cannot hold) must not fail the others
+            // sent with it: each goes again on its own.
+            for p in group {
+                let answer = complete_all(store, clock, std::slice::from_ref(&p), in_tx).await;
+                answer_all(vec![p], answer);
+            }
+        }
+        answer => answer_all(group, answer),
+    }
+}
+
+/// Sends each job of `group` its answer from `result` (the ids completed).
+fn answer_all(group: Vec<Pending>, result: StoreResult<Vec<i64>>) {
+    match result {
+        Ok(ids) => {
+            let done: HashSet<i64> = ids.into_iter().collect();
+            for p in group {
+                let _ = p.reply.send(Ok(done.contains(&p.lease.job_id)));
+            }
+        }
+        Err(e) => {
+            for p in group {
+                let _ = p.reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Completes `group` in one statement (in a transaction when `in_tx`), retrying while
+/// the store is busy.
+async fn complete_all(
+    store: &dyn Store,
+    clock: &dyn Clock,
+    group: &[Pending],
+    in_tx: bool,
+) -> StoreResult<Vec<i64>> {
     let leases: Vec<LeaseToken> = group.iter().map(|p| p.lease).collect();
     let results: Vec<(i64, serde_json::Value)> = group
         .iter()
         .filter_map(|p| Some((p.lease.job_id, p.result.clone()?)))
         .collect();
-    let result = crate::worker::write_retrying(|| {
+    crate::worker::write_retrying(|| {
         let params = JobCompleteMany {
             leases: leases.clone(),
             results: results.clone(),
@@ -188,18 +227,5 @@ async fn complete_group(store: &dyn Store, clock: &dyn Clock, group: Vec<Pending
             Ok(ids)
         }
     })
-    .await;
-    match result {
-        Ok(ids) => {
-            let done: HashSet<i64> = ids.into_iter().collect();
-            for p in group {
-                let _ = p.reply.send(Ok(done.contains(&p.lease.job_id)));
-            }
-        }
-        Err(e) => {
-            for p in group {
-                let _ = p.reply.send(Err(e.clone()));
-            }
-        }
-    }
+    .await
 }

@@ -73,8 +73,16 @@ pub struct JobContext {
 /// The largest result a job may complete with, as JSON text.
 pub const MAX_RESULT_BYTES: usize = 64 * 1024;
 
-/// Checks a job's result: at most [`MAX_RESULT_BYTES`] as JSON text.
+/// Checks a job's result: at most [`MAX_RESULT_BYTES`] as JSON text, and no NUL character
+/// in a string or a key, which PostgreSQL's `jsonb` cannot store.
 pub(crate) fn check_result(result: &serde_json::Value) -> Result<(), IdemError> {
+    if has_nul(result) {
+        return Err(IdemError::InvalidJob(
+            "a job's result holds a NUL character, which PostgreSQL cannot store; encode \
+             binary data (e.g. as base64) before returning it"
+                .into(),
+        ));
+    }
     let len = serde_json::to_string(result)
         .map(|t| t.len())
         .unwrap_or(usize::MAX);
@@ -85,6 +93,15 @@ pub(crate) fn check_result(result: &serde_json::Value) -> Result<(), IdemError> 
         )));
     }
     Ok(())
+}
+
+fn has_nul(v: &serde_json::Value) -> bool {
+    match v {
+        serde_json::Value::String(s) => s.contains('\0'),
+        serde_json::Value::Array(a) => a.iter().any(has_nul),
+        serde_json::Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
 }
 
 impl JobContext {
@@ -532,8 +549,10 @@ impl<'a> EffectTx<'a> {
     }
 
     /// Creates a batch in this transaction: its children and its successor commit with
-    /// the effect (a handler fanning out). Give the children enqueue keys built from this
-    /// job's request if a retried execution must not create a second batch.
+    /// the effect (a handler fanning out). Complete the job in the same transaction
+    /// ([`EffectTx::complete`]): then no retry follows a committed fan-out. Children with
+    /// enqueue keys built from this job's request make a repeated creation fail
+    /// (`Conflict`) instead of fanning out twice.
     pub async fn batch(
         &mut self,
         batch: crate::Batch,
@@ -603,4 +622,23 @@ fn check_account(account: &str) -> Result<(), IdemError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_with_a_nul_character_or_too_large_is_refused() {
+        assert!(check_result(&serde_json::json!({"n": 1, "s": "text"})).is_ok());
+        for bad in [
+            serde_json::json!({"note": "a\u{0}b"}),
+            serde_json::json!([{"deep": ["\u{0}"]}]),
+            serde_json::json!({"key\u{0}": 1}),
+            serde_json::json!("x".repeat(MAX_RESULT_BYTES)),
+        ] {
+            let err = check_result(&bad).expect_err("refused");
+            assert!(matches!(err, IdemError::InvalidJob(_)), "{err}");
+        }
+    }
 }

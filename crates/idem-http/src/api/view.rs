@@ -131,12 +131,15 @@ pub struct JobPage {
 
 impl JobPage {
     /// A page of at most `limit` of `jobs` (read with one more, which says whether a
-    /// next page exists), as `principal` sees them.
+    /// next page exists), as `principal` sees them: a job it may not see (another
+    /// principal's child in its batch) is left out, and `next` still follows the rows
+    /// read.
     pub fn of(principal: &Principal, jobs: Vec<JobRow>, limit: u32) -> JobPage {
         let (jobs, next) = page(jobs, limit, |j| j.id);
         JobPage {
             jobs: jobs
                 .into_iter()
+                .filter(|j| super::scope::sees_job(principal, j))
                 .map(|j| JobView::of(principal, j))
                 .collect(),
             next,

@@ -1,16 +1,13 @@
--- Purges up to $2 batches finished before $1 (timestamptz), oldest first, with their
+-- Purges batches $1 (bigint[], picked by purge/pick_batches.sql, their shards locked by
+-- purge/batch_shards_lock.sql) if still finished before $2 (timestamptz), with their
 -- shard counts; returns how many batches. Open and sealed batches are never purged.
--- PostgreSQL dialect: one statement with a data-modifying CTE (SQLite: two statements).
--- The state and time predicates stand on the outer DELETE too; the picked ids come as an
--- array (an InitPlan evaluated once), as in jobs.sql.
+-- PostgreSQL dialect: one statement with a data-modifying CTE (SQLite: two statements);
+-- the state and time predicates stand on this DELETE itself.
 WITH gone AS (
     DELETE FROM idem_batch
-    WHERE id = ANY(ARRAY(SELECT b.id FROM idem_batch AS b
-                         WHERE b.state = 'finished' AND b.finished_at < $1
-                         ORDER BY b.finished_at
-                         LIMIT $2))
+    WHERE id = ANY($1::bigint[])
       AND state = 'finished'
-      AND finished_at < $1
+      AND finished_at < $2
     RETURNING id
 ), shards AS (
     DELETE FROM idem_batch_shard WHERE batch_id IN (SELECT id FROM gone)

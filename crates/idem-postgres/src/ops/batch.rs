@@ -48,6 +48,18 @@ fn shard_ids(p: &BatchCount) -> Vec<i32> {
     p.shards.iter().map(|c| c.shard).collect()
 }
 
+pub(crate) async fn shards_lock<'e, E>(ex: E, batch_id: i64) -> StoreResult<()>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    sqlx::query(include_str!("../../queries/batch/shards_lock.sql"))
+        .bind(batch_id)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    Ok(())
+}
+
 pub(crate) async fn shards_add<'e, E>(ex: E, p: BatchCount) -> StoreResult<()>
 where
     E: Executor<'e, Database = Postgres>,

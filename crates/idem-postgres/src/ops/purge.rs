@@ -2,9 +2,9 @@
 //! keys, intents, Idempotency-Key records), finished jobs or finished batches older than a time, oldest first, and the count of what is left to purge. A purged job takes
 //! its attempt history and enqueue key with it, in the same statement.
 
-use idem_store::{Purge, PurgeTarget, StoreResult, Timestamp};
+use idem_store::{Purge, PurgeTarget, StoreError, StoreResult, Timestamp};
 use sqlx::postgres::PgRow;
-use sqlx::{Executor, Postgres, Row};
+use sqlx::{Executor, PgConnection, Postgres, Row};
 
 use crate::error::interpret_error;
 
@@ -28,9 +28,13 @@ where
         PurgeTarget::EffectKeys => sqlx::query(include_str!("../../queries/purge/effect_keys.sql")),
         PurgeTarget::Intents => sqlx::query(include_str!("../../queries/purge/intents.sql")),
         PurgeTarget::HttpKeys => sqlx::query(include_str!("../../queries/purge/http_keys.sql")),
-        PurgeTarget::Batches => sqlx::query(include_str!("../../queries/purge/batches.sql")),
         PurgeTarget::FinishedJobs | PurgeTarget::DeadJobs => {
             sqlx::query(include_str!("../../queries/purge/jobs.sql"))
+        }
+        PurgeTarget::Batches => {
+            return Err(StoreError::Invalid(
+                "a purge of batches runs in a transaction of its own (ops::purge::batches)".into(),
+            ));
         }
     };
     let q = q.bind(p.before).bind(limit);
@@ -39,6 +43,29 @@ where
         _ => q,
     };
     first_count(q.fetch_one(ex).await.map_err(interpret_error)?)
+}
+
+/// Purges one batch of finished batches: picks them, locks their shard rows in order,
+/// then deletes them (three statements, in the caller's transaction).
+pub(crate) async fn batches(c: &mut PgConnection, p: Purge) -> StoreResult<u64> {
+    let ids: Vec<i64> = sqlx::query_scalar(include_str!("../../queries/purge/pick_batches.sql"))
+        .bind(p.before)
+        .bind(i64::from(p.limit))
+        .fetch_all(&mut *c)
+        .await
+        .map_err(interpret_error)?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    sqlx::query(include_str!("../../queries/purge/batch_shards_lock.sql"))
+        .bind(&ids)
+        .fetch_all(&mut *c)
+        .await
+        .map_err(interpret_error)?;
+    let q = sqlx::query(include_str!("../../queries/purge/batches.sql"))
+        .bind(&ids)
+        .bind(p.before);
+    first_count(q.fetch_one(&mut *c).await.map_err(interpret_error)?)
 }
 
 pub(crate) async fn count<'e, E>(ex: E, target: PurgeTarget, before: Timestamp) -> StoreResult<u64>

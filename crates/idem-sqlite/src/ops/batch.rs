@@ -31,6 +31,12 @@ pub(crate) fn insert(c: &Connection, p: &BatchInsert) -> StoreResult<BatchRow> {
     one(c, sql, args)?.ok_or_else(|| StoreError::Database("a batch insert returned no row".into()))
 }
 
+pub(crate) fn shards_lock(c: &Connection, batch_id: i64) -> StoreResult<()> {
+    let sql = include_str!("../../queries/batch/shards_lock.sql");
+    rows(c, sql, [batch_id], |_| Ok(()))?;
+    Ok(())
+}
+
 pub(crate) fn shards_add(c: &Connection, p: &BatchCount) -> StoreResult<()> {
     #[derive(serde::Serialize)]
     struct Item {

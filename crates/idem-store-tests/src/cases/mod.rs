@@ -7,6 +7,7 @@
 //! Case names start with their area, so a list of them reads as a table of contents.
 
 pub mod batch;
+pub mod batch_attack;
 pub mod counter;
 pub mod effect;
 pub mod enqueue_key;
