@@ -341,18 +341,31 @@ async fn pg_poll(db: &TestDb, condition: &str, arg: idem_store::SqlValue) {
 /// lock the gate holds (one per schema, so parallel tests never share it), which
 /// [`assert_waits_for`] sees.
 pub async fn pg_gate_after_insert(db: &TestDb, table: &str) -> Box<dyn idem_store::StoreTx> {
+    pg_gate_after(db, table, "INSERT").await
+}
+
+/// PostgreSQL only: [`pg_gate_after_insert`] for `UPDATE` statements on `table`: every
+/// later update pauses at the end of its statement (its rows written and locked) until
+/// the returned transaction ends.
+pub async fn pg_gate_after_update(db: &TestDb, table: &str) -> Box<dyn idem_store::StoreTx> {
+    pg_gate_after(db, table, "UPDATE").await
+}
+
+/// The gate of [`pg_gate_after_insert`] after `event` (`INSERT` or `UPDATE`) statements.
+async fn pg_gate_after(db: &TestDb, table: &str, event: &str) -> Box<dyn idem_store::StoreTx> {
     assert_eq!(
         db.backend,
         crate::Backend::Postgres,
         "a PostgreSQL-only gate"
     );
+    let name = format!("test_gate_{}_{table}", event.to_lowercase());
     let function = format!(
-        "CREATE FUNCTION test_gate_{table}() RETURNS trigger LANGUAGE plpgsql AS \
+        "CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS \
          $$ BEGIN PERFORM pg_advisory_xact_lock_shared(hashtext(current_schema())); RETURN NULL; END $$"
     );
     let trigger = format!(
-        "CREATE TRIGGER test_gate AFTER INSERT ON {table} \
-         FOR EACH STATEMENT EXECUTE FUNCTION test_gate_{table}()"
+        "CREATE TRIGGER {name} AFTER {event} ON {table} \
+         FOR EACH STATEMENT EXECUTE FUNCTION {name}()"
     );
     let mut setup = db.store.begin().await.expect("begin");
     setup.execute(&function, &[]).await.expect("gate function");

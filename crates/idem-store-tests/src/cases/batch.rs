@@ -63,7 +63,7 @@ fn failure_successor() -> NewJob {
 
 /// A batch with `on_dead` and [`successor`], created at `now`; it names the failure
 /// successor only under [`OnDead::FailureSuccessor`].
-fn spec(on_dead: OnDead, now: Timestamp) -> BatchInsert {
+pub(super) fn spec(on_dead: OnDead, now: Timestamp) -> BatchInsert {
     BatchInsert {
         on_dead,
         successor: successor(),
@@ -102,7 +102,12 @@ async fn create_with(
 
 /// Creates a batch with the default policy (summary) and `children` at `now`, sealed if
 /// `seal`.
-async fn create(db: &TestDb, children: Vec<NewJob>, seal: bool, now: Timestamp) -> BatchAdded {
+pub(super) async fn create(
+    db: &TestDb,
+    children: Vec<NewJob>,
+    seal: bool,
+    now: Timestamp,
+) -> BatchAdded {
     create_with(db, spec(OnDead::Summary, now), children, seal).await
 }
 
@@ -117,7 +122,7 @@ fn add_params(batch_id: i64, children: Vec<NewJob>, now: Timestamp) -> BatchAdd 
 }
 
 /// Adds `children` to batch `batch_id` at `now`.
-async fn add(
+pub(super) async fn add(
     db: &TestDb,
     batch_id: i64,
     children: Vec<NewJob>,
@@ -138,7 +143,7 @@ async fn seal(db: &TestDb, batch_id: i64, now: Timestamp) -> StoreResult<BatchRo
 }
 
 /// The batch, which must exist.
-async fn batch(db: &TestDb, id: i64) -> BatchRow {
+pub(super) async fn batch(db: &TestDb, id: i64) -> BatchRow {
     db.store
         .batch_get(id)
         .await
@@ -162,7 +167,7 @@ fn counts(b: &BatchRow) -> (BatchState, i64, i64, i64, i64) {
 }
 
 /// The counts of batch `id` as stored now.
-async fn counts_of(db: &TestDb, id: i64) -> (BatchState, i64, i64, i64, i64) {
+pub(super) async fn counts_of(db: &TestDb, id: i64) -> (BatchState, i64, i64, i64, i64) {
     counts(&batch(db, id).await)
 }
 
@@ -180,7 +185,7 @@ async fn page(db: &TestDb, batch_id: i64, after_id: Option<i64>, limit: u32) -> 
 }
 
 /// Every child of batch `batch_id`, in id order.
-async fn children_of(db: &TestDb, batch_id: i64) -> Vec<JobRow> {
+pub(super) async fn children_of(db: &TestDb, batch_id: i64) -> Vec<JobRow> {
     page(db, batch_id, None, 10_000).await
 }
 
@@ -198,7 +203,7 @@ async fn states(db: &TestDb, batch_id: i64) -> HashMap<JobState, i64> {
 }
 
 /// The jobs that follow batch `batch_id` (`follows_batch`), oldest first.
-async fn successors(db: &TestDb, batch_id: i64) -> Vec<JobRow> {
+pub(super) async fn successors(db: &TestDb, batch_id: i64) -> Vec<JobRow> {
     let mut jobs: Vec<JobRow> = all_jobs(db)
         .await
         .into_iter()
@@ -942,7 +947,7 @@ pub async fn batch_create_rolls_back_with_its_transaction(db: &TestDb) {
 }
 
 /// Starts the completion of `lease` at `now` on another connection; returns once it runs.
-async fn spawn_complete(
+pub(super) async fn spawn_complete(
     db: &TestDb,
     lease: LeaseToken,
     now: Timestamp,
@@ -957,7 +962,7 @@ async fn spawn_complete(
 }
 
 /// The outcome of a racer, which must end within 30 s.
-async fn outcome<T>(racer: tokio::task::JoinHandle<StoreResult<T>>) -> StoreResult<T> {
+pub(super) async fn outcome<T>(racer: tokio::task::JoinHandle<StoreResult<T>>) -> StoreResult<T> {
     within(30, "the racer", racer).await.expect("racer task")
 }
 

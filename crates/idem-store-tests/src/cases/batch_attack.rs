@@ -11,17 +11,21 @@
 
 use idem_store::batch::shard_of;
 use idem_store::{
-    BatchAdd, BatchAdded, BatchChildren, BatchCreate, BatchInsert, BatchRow, BatchState,
-    JobComplete, JobCompleteMany, JobInsert, JobRescue, JobRetry, JobRow, JobState, LeaseToken,
-    NewJob, OnDead, Purge, PurgeTarget, StoreError, StoreResult, Timestamp,
+    BatchAdd, BatchCreate, BatchState, JobComplete, JobCompleteMany, JobInsert, JobRescue,
+    JobRetry, JobRow, JobState, NewJob, OnDead, Purge, PurgeTarget, StoreError, StoreResult,
+    Timestamp,
 };
 use serde_json::json;
 
+use super::batch::{
+    add, batch, children_of, counts_of, create, outcome, spawn_complete, spec, successors,
+};
 use super::enqueue_key::keyed;
 use crate::TestDb;
 use crate::fixture::{
     LEASE_MS, all_jobs, assert_lease_lost, assert_waits_for, at, cancel, claim, complete, fail,
-    get, ids, insert, job_in, pg_gate_after_insert, pg_wait_until_waiting, spawn_started, t0,
+    get, ids, insert, job_in, pg_gate_after_insert, pg_gate_after_update, pg_wait_until_waiting,
+    spawn_started, t0,
 };
 use crate::harness::within;
 
@@ -32,104 +36,6 @@ const AFTER: &str = "after";
 /// The kind of the successor.
 const DONE: &str = "batch-done";
 
-/// A batch whose successor is [`DONE`] in [`AFTER`], created at `now`.
-fn spec(now: Timestamp) -> BatchInsert {
-    BatchInsert {
-        on_dead: OnDead::Summary,
-        successor: job_in(AFTER, DONE),
-        failure_successor: None,
-        key_window_ms: WINDOW_MS,
-        principal: None,
-        now: Some(now),
-    }
-}
-
-/// Creates a batch with `children` at `now`, sealed if `seal`.
-async fn create(db: &TestDb, children: Vec<NewJob>, seal: bool, now: Timestamp) -> BatchAdded {
-    let params = BatchCreate {
-        batch: spec(now),
-        children,
-        seal,
-    };
-    db.store.batch_create(params).await.expect("batch_create")
-}
-
-/// Adds `children` to batch `batch_id` at `now`.
-async fn add(
-    db: &TestDb,
-    batch_id: i64,
-    children: Vec<NewJob>,
-    now: Timestamp,
-) -> StoreResult<BatchAdded> {
-    let params = BatchAdd {
-        batch_id,
-        children,
-        key_window_ms: WINDOW_MS,
-        now: Some(now),
-    };
-    db.store.batch_add(params).await
-}
-
-/// The batch, which must exist.
-async fn batch(db: &TestDb, id: i64) -> BatchRow {
-    db.store
-        .batch_get(id)
-        .await
-        .expect("batch_get")
-        .unwrap_or_else(|| panic!("batch {id} does not exist"))
-}
-
-/// A batch's `(state, total, completed, dead, cancelled)`.
-async fn counts_of(db: &TestDb, id: i64) -> (BatchState, i64, i64, i64, i64) {
-    let b = batch(db, id).await;
-    (b.state, b.total, b.completed, b.dead, b.cancelled)
-}
-
-/// Every child of batch `batch_id`, in id order.
-async fn children_of(db: &TestDb, batch_id: i64) -> Vec<JobRow> {
-    let params = BatchChildren {
-        batch_id,
-        after_id: None,
-        limit: 10_000,
-    };
-    db.store
-        .batch_children(params)
-        .await
-        .expect("batch_children")
-}
-
-/// The jobs that follow batch `batch_id` (its successors), oldest first.
-async fn successors(db: &TestDb, batch_id: i64) -> Vec<JobRow> {
-    let mut jobs: Vec<JobRow> = all_jobs(db)
-        .await
-        .into_iter()
-        .filter(|j| j.follows_batch == Some(batch_id))
-        .collect();
-    jobs.sort_by_key(|j| j.id);
-    jobs
-}
-
-/// Starts the completion of `lease` at `now` through the store (its one-statement path
-/// first, then the transaction that counts the batch); returns once it runs.
-async fn spawn_complete(
-    db: &TestDb,
-    lease: LeaseToken,
-    now: Timestamp,
-) -> tokio::task::JoinHandle<StoreResult<JobRow>> {
-    let store = db.store.clone();
-    let params = JobComplete {
-        lease,
-        result: None,
-        now: Some(now),
-    };
-    spawn_started(async move { store.job_complete(params).await }).await
-}
-
-/// The outcome of a racer, which must end within 30 s.
-async fn outcome<T>(racer: tokio::task::JoinHandle<StoreResult<T>>) -> StoreResult<T> {
-    within(30, "the racer", racer).await.expect("racer task")
-}
-
 /// Retries `ids` at `now` as an operator does.
 async fn retry(db: &TestDb, ids: Vec<i64>, now: Timestamp) -> StoreResult<Vec<JobRow>> {
     let params = JobRetry {
@@ -137,28 +43,6 @@ async fn retry(db: &TestDb, ids: Vec<i64>, now: Timestamp) -> StoreResult<Vec<Jo
         now: Some(now),
     };
     db.store.job_retry(params).await
-}
-
-/// PostgreSQL only: a gate like `pg_gate_after_insert`, for `UPDATE` statements on
-/// `table`: every later update of it pauses at the end of its statement (its rows
-/// written and locked) until the returned transaction ends.
-async fn pg_gate_after_update(db: &TestDb, table: &str) -> Box<dyn idem_store::StoreTx> {
-    let function = format!(
-        "CREATE FUNCTION test_gate_upd_{table}() RETURNS trigger LANGUAGE plpgsql AS \
-         $$ BEGIN PERFORM pg_advisory_xact_lock_shared(hashtext(current_schema())); RETURN NULL; END $$"
-    );
-    let trigger = format!(
-        "CREATE TRIGGER test_gate_upd AFTER UPDATE ON {table} \
-         FOR EACH STATEMENT EXECUTE FUNCTION test_gate_upd_{table}()"
-    );
-    let mut setup = db.store.begin().await.expect("begin");
-    setup.execute(&function, &[]).await.expect("gate function");
-    setup.execute(&trigger, &[]).await.expect("gate trigger");
-    setup.commit().await.expect("commit the gate");
-    let mut gate = db.store.begin().await.expect("begin");
-    let lock = "SELECT pg_advisory_xact_lock(hashtext(current_schema()))";
-    gate.query(lock, &[]).await.expect("close the gate");
-    gate
 }
 
 /// PostgreSQL only: returns once some backend waits for a lock that backend `pid` holds.
@@ -204,7 +88,7 @@ pub async fn batch_attack_refused_add_in_a_callers_transaction_writes_nothing(db
         "the add to a sealed batch is refused: {refused:?}"
     );
     let fallback = BatchCreate {
-        batch: spec(at(1_000)),
+        batch: spec(OnDead::Summary, at(1_000)),
         children: late(),
         seal: true,
     };
