@@ -223,7 +223,7 @@ impl Idem {
         };
         let row = self.store.batch_seal(seal).await?;
         if row.successor_job_id.is_some() {
-            self.waker.local().notify_waiters();
+            self.jobs_waiting([row.successor_due().queue.as_str()]);
         }
         Ok(row)
     }

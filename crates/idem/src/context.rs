@@ -581,16 +581,12 @@ impl<'a> EffectTx<'a> {
         let now = self.cx.idem.clock.now();
         let lease = self.cx.lease();
         let result = self.cx.result.clone();
-        let done = self
-            .tx
+        // A successor of the job's batch that this enqueues is woken by the worker
+        // (`pipeline::finish`), as for a completion the worker makes.
+        self.tx
             .job_complete(JobComplete { lease, result, now })
             .await?;
         let cx = self.finish().await?;
-        if done.batch_id.is_some() {
-            // The batch's successor may have been enqueued: wake this process's workers
-            // (others find it at their next poll).
-            cx.idem.waker.local().notify_waiters();
-        }
         cx.completed = true;
         Ok(())
     }

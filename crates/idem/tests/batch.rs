@@ -39,8 +39,8 @@ use std::time::Duration;
 use common::*;
 use idem::{
     AttemptOutcome, Backend, Batch, BatchRow, BatchState, DeadFilter, EffectClass, Handler, Idem,
-    Job, JobContext, JobError, JobList, JobRow, JobState, LeaseToken, ManualClock, WorkerConfig,
-    WorkerHandle, WorkerReport,
+    Job, JobContext, JobError, JobList, JobRow, JobState, LeaseToken, WorkerConfig, WorkerHandle,
+    WorkerReport,
 };
 use idem_store::batch::{SHARDS, shard_of};
 use idem_store_tests::{TestDb, harness::within, open_store};
@@ -554,15 +554,6 @@ fn stall() -> (Stall, StallSignals) {
             refused,
         },
     )
-}
-
-/// Two clients on injected clocks: A's frozen at the database's now (its heartbeats
-/// renew a lease only up to now + lease), B's past A's lease.
-async fn stale_and_live_clients(db: &TestDb) -> (Idem, Idem) {
-    let a = db_clock(db).await;
-    let b = ManualClock::new(a.get());
-    b.advance(Duration::from_secs(31));
-    (client(db, Some(Arc::new(a))), client(db, Some(Arc::new(b))))
 }
 
 async fn a_reclaimed_child_counts_once_and_its_stale_run_is_refused(db: &TestDb) {

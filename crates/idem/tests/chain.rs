@@ -352,15 +352,6 @@ async fn a_link_run_twice_enqueues_one_successor(db: &TestDb) {
     assert_eq!((report.retried, report.completed), (1, 2), "{report:?}");
 }
 
-/// Two clients on injected clocks: A's frozen at the database's now (its heartbeats
-/// renew a lease only up to now + lease), B's past A's lease.
-async fn stale_and_live_clients(db: &TestDb) -> (Idem, Idem) {
-    let a = db_clock(db).await;
-    let b = ManualClock::new(a.get());
-    b.advance(Duration::from_secs(31));
-    (client(db, Some(Arc::new(a))), client(db, Some(Arc::new(b))))
-}
-
 async fn a_stale_link_enqueues_no_successor(db: &TestDb) {
     let (idem_a, idem_b) = stale_and_live_clients(db).await;
     create_effect_table(&idem_a).await;

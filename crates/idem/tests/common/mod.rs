@@ -209,3 +209,12 @@ pub fn as_child<F: Future<Output = ()>>(name: &str, var: &str, body: impl FnOnce
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(body(url));
 }
+
+/// Two clients on injected clocks: A's frozen at the database's now (its heartbeats
+/// renew a lease only up to now + lease), B's past A's lease (31 s ahead).
+pub async fn stale_and_live_clients(db: &TestDb) -> (Idem, Idem) {
+    let a = db_clock(db).await;
+    let b = ManualClock::new(a.get());
+    b.advance(Duration::from_secs(31));
+    (client(db, Some(Arc::new(a))), client(db, Some(Arc::new(b))))
+}
