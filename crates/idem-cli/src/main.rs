@@ -3,11 +3,12 @@
 //! Commands parse their input into the library's types and print results; all behaviour
 //! lives in the `idem` crate. `anyhow` is used here and nowhere else. One module per
 //! command (`migrate`, `enqueue`, `jobs`, `queues`, `dead`, `ledger`, `guarantees`,
-//! `config`, `worker`, `intents`, `reconcile`, `demo/`, `bench/`); the database they open (`database`), how they print
+//! `config`, `worker`, `intents`, `reconcile`, `demo/`, `chaos/`, `bench/`); the database they open (`database`), how they print
 //! (`output`, `table`, `show`) and how they exit (`exit`) are shared.
 
 mod batches;
 mod bench;
+mod chaos;
 mod config;
 mod database;
 mod dead;
@@ -68,6 +69,13 @@ enum Command {
     /// It runs in a temporary SQLite file, never in the database of IDEM_DATABASE_URL;
     /// --database-url on its command line chooses another (see below).
     Bench(bench::BenchArgs),
+    /// Run every effect class under real faults (killed, paused and zombie workers; on a
+    /// PostgreSQL of its own, a restarted server and killed connections) and count what
+    /// went wrong with an independent checker; exit 1 when it found anything
+    ///
+    /// It runs in a temporary SQLite file, never in the database of IDEM_DATABASE_URL;
+    /// --own-postgres starts a PostgreSQL server of its own, --database-url chooses another.
+    Chaos(chaos::ChaosArgs),
     /// Create the database if needed and apply pending migrations, saying which first;
     /// --status lists them without applying any
     ///
@@ -122,9 +130,13 @@ enum Command {
     /// Check the config file: retry ladders, the retry horizon and retention windows
     #[command(subcommand)]
     Config(config::ConfigCommand),
-    /// Worker process used by `idem demo` (not for direct use)
+    /// Worker process used by `idem demo` and `idem chaos` (not for direct use)
     #[command(hide = true)]
-    DemoWorker(demo::DemoWorkerArgs),
+    ChaosWorker(chaos::ChaosWorkerArgs),
+    /// The remote service (sink) process used by `idem demo` and `idem chaos` (not for
+    /// direct use)
+    #[command(hide = true)]
+    ChaosSink(chaos::ChaosSinkArgs),
 }
 
 /// Runs the command; an error is printed on stderr and exits with its class's code
@@ -153,7 +165,9 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
-        Command::DemoWorker(args) => demo::worker(args, db()).await,
+        Command::Chaos(args) => chaos::run(args).await,
+        Command::ChaosWorker(args) => chaos::worker_process(args, db()).await,
+        Command::ChaosSink(args) => chaos::sink_process(args).await,
         Command::Migrate(args) => migrate::run(&db(), args).await,
         Command::Enqueue(args) => enqueue::run(&db(), args).await,
         Command::Worker(args) => worker::run(&db(), args).await,
@@ -166,14 +180,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Dead(cmd) => dead::dead(&db(), cmd).await,
         Command::Purge(args) => dead::purge(&db(), args).await,
         Command::Ledger(cmd) => ledger::run(&db(), cmd).await,
-        Command::Guarantees => Ok(guarantees::run(&demo::kinds()?)),
+        Command::Guarantees => Ok(guarantees::run(&chaos::kinds()?)),
         Command::Config(cmd) => config::run(cmd),
     }
 }
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,sqlx=error"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

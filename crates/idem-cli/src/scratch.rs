@@ -152,7 +152,7 @@ fn refuse_tables(url: &str, purpose: &str) -> anyhow::Result<()> {
 }
 
 /// The file an `sqlite://path` or `sqlite:path` URL names, without its query.
-fn sqlite_path(url: &str) -> Option<&Path> {
+pub(crate) fn sqlite_path(url: &str) -> Option<&Path> {
     let rest = url.trim().strip_prefix("sqlite:")?.trim_start_matches("//");
     let file = rest.split_once('?').map_or(rest, |(file, _)| file);
     Some(Path::new(file))

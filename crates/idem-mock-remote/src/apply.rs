@@ -1,8 +1,9 @@
 //! `POST /effects`: the apply pipeline, as named steps.
 //!
 //! arrive → parse the body → take the next apply fault → pass the gate → pre-apply fault
-//! (`Status`, `Delay`) → apply in the ledger → answer (`ApplyThenStatus`, `ApplyThenHang`,
-//! or `201`). The fault is taken at arrival, so faults meet requests in arrival order.
+//! (`Status`, `Delay`) → apply in the ledger (and the journal) → answer (`ApplyThenStatus`,
+//! `ApplyThenHang`, or `201`). The fault is taken at arrival, so faults meet requests in
+//! arrival order. A journal that cannot be written answers `500` and applies nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,15 +38,25 @@ pub(crate) async fn handle(
     let Some(body) = parse(&body) else {
         return answer(&shared, entry, 400);
     };
-    entry.body = Some(body);
+    entry.body = Some(body.clone());
     let fault = shared.take_apply_fault();
     if let Err(status) = before_apply(&shared, fault).await {
         return answer(&shared, entry, status);
     }
-    let outcome = shared.apply(key.as_deref());
+    let outcome = match shared.apply(key.as_deref(), &body) {
+        Ok(outcome) => outcome,
+        Err(e) => return journal_failed(&shared, entry, &e),
+    };
     entry.applied = (!outcome.replayed).then(|| outcome.id.clone());
     entry.replayed = outcome.replayed;
     after_apply(&shared, fault, entry, outcome).await
+}
+
+/// Answers `500` to a request whose copy could not be journaled (so was not applied), and
+/// says why on stderr: the remote has no other way to tell its operator.
+fn journal_failed(shared: &Shared, entry: LogEntry, e: &std::io::Error) -> Response {
+    eprintln!("idem-mock-remote: applied nothing, answered 500: {e}");
+    answer(shared, entry, 500)
 }
 
 /// The `Idempotency-Key` header, when present and readable.

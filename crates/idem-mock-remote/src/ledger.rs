@@ -50,17 +50,24 @@ impl Ledger {
         }
     }
 
-    /// Applies an effect with this key, or replays the key's copy in keyed mode.
-    pub(crate) fn apply(&mut self, key: Option<&str>) -> Outcome {
-        if let Some(at) = self.replayable(key) {
-            let copy = &self.copies[at];
-            return Outcome {
-                id: copy.id.clone(),
-                reference: copy.reference.clone(),
-                replayed: true,
-            };
-        }
-        let id = format!("r-{}", self.copies.len() + 1);
+    /// The outcome of replaying this key's copy, when a keyed remote holds one.
+    pub(crate) fn replay(&self, key: Option<&str>) -> Option<Outcome> {
+        let copy = &self.copies[self.replayable(key)?];
+        Some(Outcome {
+            id: copy.id.clone(),
+            reference: copy.reference.clone(),
+            replayed: true,
+        })
+    }
+
+    /// The id the next copy applied will have.
+    pub(crate) fn next_id(&self) -> String {
+        format!("r-{}", self.copies.len() + 1)
+    }
+
+    /// Applies a new copy with this key (call [`Ledger::replay`] first).
+    pub(crate) fn add(&mut self, key: Option<&str>) -> Outcome {
+        let id = self.next_id();
         let reference = key.map(str::to_owned);
         if let (Mode::Keyed, Some(key)) = (self.mode, key) {
             self.by_key.insert(key.to_owned(), self.copies.len());

@@ -9,6 +9,10 @@
 //! - `GET /effects?reference=K` lists the ids of every copy applied with reference `K`
 //!   (`404` when none): the lookup that reconciliation uses.
 //!
+//! [`MockRemote::start_journaled`] also appends one JSON line per applied copy to a file
+//! (`{"key", "copy", "body"}`), written before the request is answered, so what the remote
+//! applied survives its process; [`read_journal`] reads the file back.
+//!
 //! The test programs failures with [`MockRemote::inject`] (a FIFO queue of [`Fault`]s),
 //! holds requests at a gate with [`MockRemote::hold`], and awaits signals
 //! ([`MockRemote::wait_for_requests`], [`MockRemote::wait_for_waiting`],
@@ -18,7 +22,9 @@
 //! - an effect counts as applied exactly when the ledger records a copy, whatever answer
 //!   (or silence) follows; a faulted answer never changes what a keyed replay returns;
 //! - nothing waits forever past shutdown: hung, gated and delayed requests all end when
-//!   the remote is dropped or shut down.
+//!   the remote is dropped or shut down;
+//! - a journaled remote has one line per applied copy, no more and no less: replays and
+//!   lookups write none, and a copy whose line cannot be written is not applied (`500`).
 //!
 //! ```
 //! use idem_mock_remote::{MockRemote, Mode};
@@ -46,6 +52,7 @@
 mod apply;
 mod fault;
 mod gate;
+mod journal;
 mod ledger;
 mod log;
 mod lookup;
@@ -54,6 +61,7 @@ mod server;
 mod shared;
 
 pub use fault::Fault;
+pub use journal::{JournalEntry, read_journal};
 pub use ledger::Mode;
 pub use log::LogEntry;
 pub use remote::MockRemote;

@@ -5,12 +5,14 @@
 
 use std::io;
 use std::net::{Ipv4Addr, TcpListener as StdListener};
+use std::path::Path;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::fault::Fault;
+use crate::journal::Journal;
 use crate::ledger::Mode;
 use crate::log::LogEntry;
 use crate::server;
@@ -32,11 +34,25 @@ impl MockRemote {
     /// # Panics
     /// Outside a Tokio runtime (the server runs as a task on the caller's runtime).
     pub fn start(mode: Mode) -> io::Result<MockRemote> {
+        Self::serve(mode, None)
+    }
+
+    /// Like [`MockRemote::start`], and appends one line per applied copy to the journal
+    /// at `path` (created if missing; lines already there are kept), before answering.
+    /// Read it back with [`read_journal`](crate::read_journal).
+    ///
+    /// # Panics
+    /// Outside a Tokio runtime.
+    pub fn start_journaled(mode: Mode, path: &Path) -> io::Result<MockRemote> {
+        Self::serve(mode, Some(Journal::open(path)?))
+    }
+
+    fn serve(mode: Mode, journal: Option<Journal>) -> io::Result<MockRemote> {
         let std_listener = StdListener::bind((Ipv4Addr::LOCALHOST, 0))?;
         std_listener.set_nonblocking(true)?;
         let listener = TcpListener::from_std(std_listener)?;
         let url = format!("http://{}", listener.local_addr()?);
-        let shared = Arc::new(Shared::new(mode));
+        let shared = Arc::new(Shared::new(mode, journal));
         let task = Some(server::spawn(listener, Arc::clone(&shared)));
         Ok(MockRemote { url, shared, task })
     }

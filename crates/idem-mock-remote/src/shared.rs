@@ -1,14 +1,17 @@
 //! The state the server's handlers and the test's [`MockRemote`](crate::MockRemote) share.
 //!
 //! Plain data sits behind short-lived `std` mutexes (never held across an `.await`);
-//! everything a test awaits is a `watch` channel, so waits are signals, not sleeps.
+//! everything a test awaits is a `watch` channel, so waits are signals, not sleeps. The
+//! journal, when there is one, is written only under the ledger's lock.
 
+use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use tokio::sync::watch;
 
 use crate::fault::{Fault, FaultQueue};
 use crate::gate::{Gate, until};
+use crate::journal::{Journal, JournalEntry};
 use crate::ledger::{Ledger, Mode, Outcome};
 use crate::log::LogEntry;
 
@@ -16,6 +19,7 @@ use crate::log::LogEntry;
 #[derive(Debug)]
 pub(crate) struct Shared {
     ledger: Mutex<Ledger>,
+    journal: Option<Journal>,
     faults: Mutex<FaultQueue>,
     log: Mutex<Vec<LogEntry>>,
     arrivals: watch::Sender<usize>,
@@ -25,9 +29,10 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(mode: Mode) -> Self {
+    pub(crate) fn new(mode: Mode, journal: Option<Journal>) -> Self {
         Shared {
             ledger: Mutex::new(Ledger::new(mode)),
+            journal,
             faults: Mutex::default(),
             log: Mutex::default(),
             arrivals: watch::Sender::new(0),
@@ -42,12 +47,23 @@ impl Shared {
         self.arrivals.send_modify(|n| *n += 1);
     }
 
-    /// Applies (or replays) in the ledger and signals the new total.
-    pub(crate) fn apply(&self, key: Option<&str>) -> Outcome {
+    /// Replays the key's copy, or journals and applies a new one and signals the new
+    /// total. A journal that cannot be written is an error, and nothing is applied.
+    pub(crate) fn apply(&self, key: Option<&str>, body: &serde_json::Value) -> io::Result<Outcome> {
         let mut ledger = lock(&self.ledger);
-        let outcome = ledger.apply(key);
+        if let Some(replayed) = ledger.replay(key) {
+            return Ok(replayed);
+        }
+        if let Some(journal) = &self.journal {
+            journal.append(&JournalEntry {
+                key: key.map(str::to_owned),
+                copy: ledger.next_id(),
+                body: body.clone(),
+            })?;
+        }
+        let outcome = ledger.add(key);
         self.applied.send_replace(ledger.applied_total());
-        outcome
+        Ok(outcome)
     }
 
     pub(crate) fn ledger(&self) -> MutexGuard<'_, Ledger> {

@@ -1,24 +1,26 @@
-//! The hidden `idem demo-worker` command: one worker process of the demo's fleet.
+//! The hidden `idem chaos-worker` command: one worker process of a chaos run or demo.
 //!
-//! It runs the demo's handlers and the built-in `http` kind on the demo's queue until SIGTERM or SIGINT, shuts down
-//! gracefully, and prints its report as one line after [`REPORT_MARKER`] on stdout, which
-//! the parent reads.
+//! It runs the workload's handlers and the built-in `http` kind on the run's queue, with
+//! the kill points listening for their arming signals, until SIGTERM or SIGINT; then it
+//! shuts down gracefully and prints its report as one line after [`REPORT_MARKER`] on
+//! stdout, which the parent reads.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
+use idem::retry::RetryLadder;
 use idem::{Idem, WorkerConfig};
 
-use super::QUEUE;
-use super::handlers;
+use super::workload::{self, kill};
+use super::{QUEUE, remote_kind};
 
 /// Starts the line on which a worker process prints its report.
 pub(super) const REPORT_MARKER: &str = "IDEM_WORKER_REPORT";
 
-/// Arguments of the hidden `idem demo-worker`.
+/// Arguments of the hidden `idem chaos-worker`.
 #[derive(Args)]
-pub struct DemoWorkerArgs {
+pub struct ChaosWorkerArgs {
     #[arg(long)]
     name: String,
     #[arg(long)]
@@ -30,18 +32,23 @@ pub struct DemoWorkerArgs {
 }
 
 /// The hidden worker process.
-pub async fn worker(args: DemoWorkerArgs, url: String) -> anyhow::Result<ExitCode> {
+pub async fn run(args: ChaosWorkerArgs, url: String) -> anyhow::Result<ExitCode> {
+    kill::listen()?;
     let idem = Idem::from_store(idem::connect_store(&url).await?);
+    let lease = Duration::from_millis(args.lease_ms);
     let mut config = WorkerConfig::default()
         .only_queue(QUEUE, args.concurrency)
-        .lease(Duration::from_millis(args.lease_ms));
+        .lease(lease);
     config.name = Some(args.name.clone());
     config.poll_interval = Duration::from_millis(50);
     config.rescue_interval = Duration::from_millis(250);
     config.shutdown_timeout = Duration::from_secs(5);
+    // A job that failed on a lost connection or a restarting server runs again soon.
+    config.ladder = RetryLadder::new([Duration::from_millis(200), Duration::from_secs(1)]);
+    config.max_attempts = 50;
     let mut w = idem.worker(config)?;
-    handlers::register(&mut w, &args.name, Duration::from_millis(args.work_ms))?;
-    w.register(super::remote::http(args.lease_ms)?)?;
+    workload::register(&mut w, Duration::from_millis(args.work_ms))?;
+    w.register(remote_kind(args.lease_ms)?)?;
     let running = w.start();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {

@@ -1,11 +1,11 @@
-//! The demo's worker processes: started as `idem demo-worker` children, signalled
-//! (SIGKILL, SIGSTOP, SIGCONT) by the chaos, stopped with SIGTERM at the end, and their
-//! reports read from their stdout.
+//! The run's worker processes: started as `idem chaos-worker` children, signalled
+//! (SIGKILL, SIGSTOP, SIGCONT, and the kill points' arming signals) by the fault driver,
+//! stopped with SIGTERM at the end, and their reports read from their stdout.
 //!
-//! What must stay true: no worker process outlives the demo. A child stays in `live`
+//! What must stay true: no worker process outlives the run. A child stays in `live`
 //! until it has been waited for, so a run cut short at any await leaves every child still
 //! running in `live`, for [`Fleet::kill_all`]. And each child asks the kernel to SIGKILL it
-//! when the demo dies without that chance (SIGKILL, a crash): see `die_with_parent`.
+//! when the run dies without that chance (SIGKILL, a crash): see [`die_with_parent`].
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -14,12 +14,15 @@ use anyhow::Context;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
-use super::DemoArgs;
-use super::child::REPORT_MARKER;
+use super::Plan;
+use super::orphan::die_with_parent;
+use super::worker::REPORT_MARKER;
 
 /// The worker processes.
 pub(super) struct Fleet {
     exe: PathBuf,
+    /// Where each worker's stderr goes, as `{name}.log`.
+    dir: PathBuf,
     url: String,
     concurrency: usize,
     lease_ms: u64,
@@ -30,13 +33,14 @@ pub(super) struct Fleet {
 
 impl Fleet {
     /// A fleet of no processes yet, whose workers will run this same executable.
-    pub(super) fn new(args: &DemoArgs) -> anyhow::Result<Fleet> {
+    pub(super) fn new(plan: &Plan, dir: &std::path::Path) -> anyhow::Result<Fleet> {
         Ok(Fleet {
             exe: std::env::current_exe().context("cannot find the idem executable")?,
+            dir: dir.to_owned(),
             url: String::new(),
-            concurrency: args.concurrency,
-            lease_ms: args.lease_ms,
-            work_ms: args.work_ms,
+            concurrency: plan.fleet.concurrency,
+            lease_ms: plan.fleet.lease_ms,
+            work_ms: plan.fleet.work_ms,
             live: Vec::new(),
             spawned: 0,
         })
@@ -57,9 +61,9 @@ impl Fleet {
     /// Starts one worker process; answers its name and process id, as `name (pid N)`.
     fn spawn(&mut self) -> anyhow::Result<String> {
         self.spawned += 1;
-        let name = format!("demo-w{}", self.spawned);
+        let name = format!("w{}", self.spawned);
         let mut cmd = Command::new(&self.exe);
-        cmd.arg("demo-worker")
+        cmd.arg("chaos-worker")
             .args(["--name", &name])
             .args(["--concurrency", &self.concurrency.to_string()])
             .args(["--lease-ms", &self.lease_ms.to_string()])
@@ -67,9 +71,10 @@ impl Fleet {
             .env("IDEM_DATABASE_URL", &self.url)
             .env(
                 "IDEM_LOG",
-                std::env::var("IDEM_LOG").unwrap_or_else(|_| "error".into()),
+                std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()),
             )
             .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(self.dir.join(format!("{name}.log")))?)
             .kill_on_drop(true);
         die_with_parent(&mut cmd);
         let child = cmd.spawn().context("cannot start a worker process")?;
@@ -86,17 +91,39 @@ impl Fleet {
         (rc == 0).then(|| (name.clone(), pid))
     }
 
-    /// SIGKILL the worker at `index` and start a replacement.
-    pub(super) async fn kill(&mut self, index: usize) -> anyhow::Result<Option<String>> {
-        let Some((name, pid)) = self.signal(index, libc::SIGKILL) else {
+    /// SIGKILL the worker at `index`, wait for it to die and start a replacement; answers
+    /// its name and process id.
+    pub(super) async fn kill(&mut self, index: usize) -> anyhow::Result<Option<(String, u32)>> {
+        let Some(killed) = self.signal(index, libc::SIGKILL) else {
             return Ok(None);
         };
+        self.replace(index).await?;
+        Ok(Some(killed))
+    }
+
+    /// Waits up to `limit` for the worker at `index` to exit (it kills itself at an armed
+    /// kill point); answers whether it did, and if so starts a replacement.
+    pub(super) async fn died_within(
+        &mut self,
+        index: usize,
+        limit: std::time::Duration,
+    ) -> anyhow::Result<bool> {
+        let Some((_, child)) = self.live.get_mut(index) else {
+            return Ok(false);
+        };
+        if tokio::time::timeout(limit, child.wait()).await.is_err() {
+            return Ok(false);
+        }
+        self.replace(index).await?;
+        Ok(true)
+    }
+
+    /// Reaps the dead worker at `index` and starts another in its place.
+    async fn replace(&mut self, index: usize) -> anyhow::Result<()> {
         let _ = self.live[index].1.wait().await;
         self.live.remove(index);
-        let replacement = self.spawn()?;
-        Ok(Some(format!(
-            "killed {name} (pid {pid}) with SIGKILL mid-run and started {replacement} in its place"
-        )))
+        self.spawn()?;
+        Ok(())
     }
 
     /// SIGTERM every live worker (SIGCONT first, for a paused one) and collect their
@@ -148,37 +175,3 @@ async fn report(child: &mut Child) -> anyhow::Result<idem::WorkerReport> {
         .with_context(|| format!("{status}"))?;
     Ok(serde_json::from_str(json.trim())?)
 }
-
-/// Makes the kernel SIGKILL the child when the demo dies, however it dies.
-///
-/// `PR_SET_PDEATHSIG` rather than a child that watches its stdin or polls its parent's
-/// pid: the kernel delivers the signal even when the demo was SIGKILLed, and to a child
-/// that is stopped (the chaos SIGSTOPs one), busy or stuck, since none of the child's code
-/// has to run; a watcher needs the child's runtime to be scheduled, and stdin closes only
-/// when every holder of the pipe's other end has closed it. The signal fires when the
-/// *thread* that forked the child ends: the demo forks from the thread that runs its
-/// `block_on` (the main thread, which lives as long as the process), never from a
-/// `spawn_blocking` thread, which the runtime retires when idle.
-#[cfg(target_os = "linux")]
-fn die_with_parent(cmd: &mut Command) {
-    let parent = std::process::id();
-    // SAFETY: the closure runs in the forked child before exec and calls only prctl(2) and
-    // getppid(2), which are async-signal-safe; it allocates nothing.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The demo may have died between fork and prctl: no signal would come then.
-            if libc::getppid() as u32 != parent {
-                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Elsewhere the children die with the demo only when it can stop them (SIGINT, SIGTERM,
-/// an error).
-#[cfg(not(target_os = "linux"))]
-fn die_with_parent(_: &mut Command) {}

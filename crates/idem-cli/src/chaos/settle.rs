@@ -3,35 +3,62 @@
 //! complete; then, after the settle delay, the audit looks every completed unkeyed call
 //! up again and marks a late second copy `duplicate`.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use idem::intent::{ReconcileOptions, ReconcileReport};
 use idem::{Idem, IntentList, IntentState, WorkerConfig};
 
-use super::remote;
-use super::verify::{SUCCESSORS_PENDING, finished};
 use crate::scratch;
 
 /// The longest the phase waits for reconciliation and the jobs it puts back.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// Reconciles until no intent is unknown, every job of `ids` is finished again and every
-/// batch's successor has finished, then
-/// audits once the settle delay has passed; returns the passes' counts summed.
-pub(super) async fn settle(
-    idem: &Idem,
-    ids: (i64, i64),
+/// Jobs of the run not finished.
+const UNFINISHED: &str =
+    "SELECT count(*) FROM idem_job WHERE state NOT IN ('completed', 'dead', 'cancelled')";
+
+/// How often unknown outcomes are reconciled while the run goes on.
+const EVERY: Duration = Duration::from_secs(2);
+
+/// Reconciles every [`EVERY`] until `stop` is set, as an operator's `idem worker
+/// --reconcile-every` would while the workers run; a pass that fails (the server is
+/// restarting) is simply run again next time. Returns the passes' counts summed.
+pub(super) async fn during(
+    idem: Idem,
     lease_ms: u64,
+    stop: Arc<AtomicBool>,
 ) -> anyhow::Result<ReconcileReport> {
     let mut w = idem.worker(WorkerConfig::default())?;
-    w.register(remote::http(lease_ms)?)?;
+    w.register(super::remote_kind(lease_ms)?)?;
     let reconciler = w.reconciler();
     let opts = ReconcileOptions {
         settle: Duration::from_millis(lease_ms),
         ..ReconcileOptions::default()
     };
-    let total = usize::try_from(ids.1 - ids.0 + 1).unwrap_or(0);
+    let mut report = ReconcileReport::default();
+    while !stop.load(Ordering::SeqCst) {
+        if let Ok(pass) = reconciler.run(opts).await {
+            report.absorb(&pass);
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+    Ok(report)
+}
+
+/// Reconciles until no intent is unknown and every job of the run (those the
+/// reconciliation put back among them) has finished, then audits once the settle delay
+/// has passed; returns the passes' counts summed.
+pub(super) async fn settle(idem: &Idem, lease_ms: u64) -> anyhow::Result<ReconcileReport> {
+    let mut w = idem.worker(WorkerConfig::default())?;
+    w.register(super::remote_kind(lease_ms)?)?;
+    let reconciler = w.reconciler();
+    let opts = ReconcileOptions {
+        settle: Duration::from_millis(lease_ms),
+        ..ReconcileOptions::default()
+    };
     let started = Instant::now();
     let mut report = ReconcileReport::default();
     loop {
@@ -44,12 +71,8 @@ pub(super) async fn settle(
                 ..IntentList::default()
             })
             .await?;
-        let successors = scratch::scalar(idem, SUCCESSORS_PENDING, &[]).await?;
-        if unknown.is_empty()
-            && pass.settling == 0
-            && successors == 0
-            && finished(idem, ids).await? == total
-        {
+        let unfinished = scratch::scalar(idem, UNFINISHED, &[]).await?;
+        if unknown.is_empty() && pass.settling == 0 && unfinished == 0 {
             break;
         }
         if started.elapsed() > LIMIT {

@@ -1,0 +1,286 @@
+//! The fault driver: while the workers run, it follows the jobs with a progress bar and
+//! injects the planned faults at random moments spread over the run: SIGKILLs (at a
+//! random moment, or at an armed kill point: inside an effect transaction, or with a
+//! completion waiting for the batched completer), SIGSTOPs past the lease then SIGCONT
+//! (zombies), and on a PostgreSQL of the run's own, killed backend connections and
+//! immediate server restarts.
+//!
+//! A query that fails (the server is restarting) is simply asked again next tick.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use idem::{Idem, SqlValue};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::Plan;
+use super::fleet::Fleet;
+use super::postgres::OwnPostgres;
+use super::producer::Produced;
+use super::workload::kill::Point;
+
+/// One planned fault.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    Kill,
+    Zombie,
+    Terminate,
+    Restart,
+}
+
+/// What the faults did.
+#[derive(Default)]
+pub(crate) struct Done {
+    /// One line per fault, for the report.
+    pub(super) events: Vec<String>,
+    pub(super) kills: usize,
+    pub(super) kills_in_tx: usize,
+    pub(super) kills_in_completion: usize,
+    pub(super) kills_at_random: usize,
+    /// Kills that caught a remote call between its intent and its completion.
+    pub(super) kills_mid_call: usize,
+    /// Jobs running in the killed workers.
+    pub(super) jobs_in_killed: i64,
+    pub(super) zombies: usize,
+    pub(super) terminated: usize,
+    pub(super) restarts: usize,
+}
+
+/// The moments, from the start of the run, at which the planned faults happen: spread
+/// evenly over 10% to 85% of the run, each at a random moment of its slot.
+fn schedule(plan: &Plan) -> Vec<(Duration, Fault)> {
+    let mut all = Vec::new();
+    let mut spread = |n: usize, fault: Fault| {
+        let step = plan.duration.mul_f64(0.75) / u32::try_from(n.max(1)).unwrap_or(1);
+        for i in 0..n {
+            let at = plan.duration.mul_f64(0.10) + step * i as u32;
+            all.push((at + step.mul_f64(rand::random_range(0.0..1.0)), fault));
+        }
+    };
+    spread(plan.kills, Fault::Kill);
+    spread(plan.zombies, Fault::Zombie);
+    spread(plan.terminations, Fault::Terminate);
+    spread(plan.restarts, Fault::Restart);
+    all.sort_by_key(|(at, _)| *at);
+    all
+}
+
+/// A paused worker, by name (kills renumber the fleet).
+struct Paused {
+    name: String,
+    since: Instant,
+}
+
+/// Workers that were zombies: never killed afterwards, so that the report they print at
+/// the end counts the stale commits their fence refused.
+type Zombies = Vec<String>;
+
+/// Runs the faults and follows progress until the producer is done, every fault has
+/// happened and every job of the run has finished.
+pub(super) async fn drive(
+    idem: &Idem,
+    plan: &Plan,
+    fleet: &mut Fleet,
+    pg: Option<&OwnPostgres>,
+    produced: &Arc<Produced>,
+    expected: usize,
+) -> anyhow::Result<Done> {
+    let bar = ProgressBar::new(expected as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} jobs finished {msg}",
+    )?);
+    let mut done = Done::default();
+    let mut due = schedule(plan).into_iter().peekable();
+    let pause_for = Duration::from_millis(plan.fleet.lease_ms * 2 + 500);
+    let limit =
+        plan.duration + Duration::from_secs(120) + Duration::from_millis(expected as u64 * 20);
+    let started = Instant::now();
+    let mut paused: Option<Paused> = None;
+    let mut zombies = Zombies::new();
+    loop {
+        let (finished, unfinished) = progress(idem).await.unwrap_or((0, 1));
+        bar.set_position(finished as u64);
+        bar.set_message(format!(
+            "· kills {} · zombies {} · restarts {} · connections killed {}",
+            done.kills, done.zombies, done.restarts, done.terminated
+        ));
+        if let Some(p) = paused.take_if(|p| p.since.elapsed() >= pause_for) {
+            resume(fleet, &p.name);
+        }
+        let quiet = due.peek().is_none() && paused.is_none();
+        if quiet && produced.done.load(Ordering::SeqCst) && unfinished == 0 {
+            break;
+        }
+        if started.elapsed() > limit {
+            bar.abandon();
+            if let Some(p) = paused {
+                resume(fleet, &p.name);
+            }
+            bail!(
+                "the run did not finish within {limit:?}: {finished} of {expected} jobs finished"
+            );
+        }
+        if let Some((_, fault)) = due.next_if(|(at, f)| {
+            started.elapsed() >= *at && !(*f == Fault::Zombie && paused.is_some())
+        }) {
+            match fault {
+                Fault::Kill => kill(idem, fleet, &zombies, &mut done).await?,
+                Fault::Zombie => {
+                    paused = pause(idem, fleet, pause_for, &mut done).await;
+                    zombies.extend(paused.as_ref().map(|p| p.name.clone()));
+                }
+                Fault::Terminate => terminate(pg, &mut done).await,
+                Fault::Restart => restart(pg, &mut done).await?,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    bar.finish();
+    Ok(done)
+}
+
+/// Jobs of the run finished, and not finished.
+async fn progress(idem: &Idem) -> anyhow::Result<(i64, i64)> {
+    let sql = "SELECT count(*) FILTER (WHERE state IN ('completed', 'dead', 'cancelled')), \
+               count(*) FILTER (WHERE state NOT IN ('completed', 'dead', 'cancelled')) \
+               FROM idem_job";
+    let rows = idem.store().query(sql, &[]).await?;
+    match rows.first().map(|r| r.as_slice()) {
+        Some([SqlValue::Int(f), SqlValue::Int(u)]) => Ok((*f, *u)),
+        other => bail!("unexpected progress row {other:?}"),
+    }
+}
+
+/// SIGKILLs a worker that has never been a zombie: in turn at a random moment, at the kill
+/// point inside its next effect transaction, and at the next completion it leaves to the
+/// batched completer. An armed worker that does not reach its point within 3 s is killed
+/// where it stands.
+async fn kill(
+    idem: &Idem,
+    fleet: &mut Fleet,
+    zombies: &Zombies,
+    done: &mut Done,
+) -> anyhow::Result<()> {
+    let candidates: Vec<usize> = (0..fleet.live.len())
+        .filter(|i| !zombies.contains(&fleet.live[*i].0))
+        .collect();
+    let Some(&index) = candidates.get(rand::random_range(0..candidates.len().max(1))) else {
+        return Ok(());
+    };
+    let name = fleet.live[index].0.clone();
+    let point = match done.kills % 3 {
+        1 => Some(Point::InEffectTx),
+        2 => Some(Point::InBatchedCompletion),
+        _ => None,
+    };
+    let mut landed = None;
+    if let Some(point) = point {
+        fleet.signal(index, point.signal());
+        if fleet.died_within(index, Duration::from_secs(3)).await? {
+            landed = Some(point);
+        }
+    }
+    if landed.is_none() && fleet.kill(index).await?.is_none() {
+        return Ok(());
+    }
+    let (jobs, calls) = in_flight(idem, &name).await.unwrap_or((0, 0));
+    done.kills += 1;
+    done.jobs_in_killed += jobs;
+    done.kills_mid_call += usize::from(calls > 0);
+    let at = match landed {
+        Some(Point::InEffectTx) => {
+            done.kills_in_tx += 1;
+            "inside an effect transaction"
+        }
+        Some(Point::InBatchedCompletion) => {
+            done.kills_in_completion += 1;
+            "with a completion waiting for the batched completer"
+        }
+        None => {
+            done.kills_at_random += 1;
+            "at a random moment"
+        }
+    };
+    done.events.push(format!(
+        "SIGKILL {name} {at}: {jobs} jobs and {calls} remote calls in flight"
+    ));
+    Ok(())
+}
+
+/// The jobs a dead worker still held, and of those the remote calls in flight (intent
+/// in progress).
+async fn in_flight(idem: &Idem, worker: &str) -> anyhow::Result<(i64, i64)> {
+    let jobs = "SELECT count(*) FROM idem_job WHERE state = 'running' AND lease_owner = $1";
+    let calls = "SELECT count(*) FROM idem_intent i JOIN idem_job j ON j.id = i.job_id \
+                 WHERE i.state = 'in_progress' AND j.state = 'running' AND j.lease_owner = $1";
+    let arg = [worker.into()];
+    Ok((
+        crate::scratch::scalar(idem, jobs, &arg).await?,
+        crate::scratch::scalar(idem, calls, &arg).await?,
+    ))
+}
+
+/// SIGSTOPs the worker holding the most leases (any, when none holds one), for longer
+/// than its lease.
+async fn pause(idem: &Idem, fleet: &Fleet, pause_for: Duration, done: &mut Done) -> Option<Paused> {
+    let busiest = busiest(idem, fleet).await.ok().flatten();
+    let name = busiest.or_else(|| fleet.live.first().map(|w| w.0.clone()))?;
+    let index = fleet.live.iter().position(|w| w.0 == name)?;
+    let (_, pid) = fleet.signal(index, libc::SIGSTOP)?;
+    done.zombies += 1;
+    done.events.push(format!(
+        "SIGSTOP {name} (pid {pid}) for {} ms, past its lease, then SIGCONT: a zombie",
+        pause_for.as_millis()
+    ));
+    Some(Paused {
+        name,
+        since: Instant::now(),
+    })
+}
+
+fn resume(fleet: &Fleet, name: &str) {
+    if let Some(index) = fleet.live.iter().position(|w| w.0 == name) {
+        fleet.signal(index, libc::SIGCONT);
+    }
+}
+
+/// The live worker holding the most leases.
+async fn busiest(idem: &Idem, fleet: &Fleet) -> anyhow::Result<Option<String>> {
+    let sql = "SELECT lease_owner, count(*) FROM idem_job WHERE state = 'running' \
+               GROUP BY lease_owner ORDER BY count(*) DESC";
+    let rows = idem.store().query(sql, &[]).await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|r| match r.first() {
+            Some(SqlValue::Text(owner)) => Some(owner.clone()),
+            _ => None,
+        })
+        .find(|o| fleet.live.iter().any(|w| &w.0 == o)))
+}
+
+async fn terminate(pg: Option<&OwnPostgres>, done: &mut Done) {
+    let Some(pg) = pg else { return };
+    match pg.terminate_backends(3).await {
+        Ok(n) => {
+            done.terminated += n;
+            done.events
+                .push(format!("pg_terminate_backend on {n} connections"));
+        }
+        Err(e) => done
+            .events
+            .push(format!("pg_terminate_backend failed: {e:#}")),
+    }
+}
+
+async fn restart(pg: Option<&OwnPostgres>, done: &mut Done) -> anyhow::Result<()> {
+    let Some(pg) = pg else { return Ok(()) };
+    let down = pg.restart_immediate().await?;
+    done.restarts += 1;
+    done.events.push(format!(
+        "PostgreSQL restarted in immediate mode (crash recovery), answering again after {} ms",
+        down.as_millis()
+    ));
+    Ok(())
+}

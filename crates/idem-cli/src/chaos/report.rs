@@ -1,0 +1,53 @@
+//! Printing a run's report: the faults injected, what the workload did, the counters that
+//! prove the faults hit, every safety count the checker found, and the verdict.
+
+use super::{Outcome, Plan};
+
+/// Faults listed one per line before the report (the rest are counted only).
+const EVENTS_SHOWN: usize = 12;
+
+/// Prints the report of a finished run.
+pub(super) fn print(plan: &Plan, o: &Outcome) {
+    let events = &o.faults.events;
+    println!();
+    for e in events.iter().take(EVENTS_SHOWN) {
+        println!("fault: {e}");
+    }
+    if events.len() > EVENTS_SHOWN {
+        println!("fault: … and {} more", events.len() - EVENTS_SHOWN);
+    }
+    let line = |label: &str, value: String, mark: &str| println!("  {label:<50} {value:>8} {mark}");
+    println!(
+        "report ({:.1} s, {}), counted by the independent checker:",
+        o.elapsed.as_secs_f64(),
+        o.database
+    );
+    println!(" what the run did");
+    for c in &o.findings.seen {
+        line(c.label, c.value.to_string(), "");
+    }
+    println!(" the faults hit (each must be above 0)");
+    for (label, value, required) in o.proof(plan) {
+        let mark = match (required, value > 0) {
+            (true, false) => "← NOT HIT",
+            _ => "",
+        };
+        line(label, value.to_string(), mark);
+    }
+    println!(" safety (each must be 0)");
+    for c in &o.findings.safety {
+        let mark = if c.value == 0 { "" } else { "← FAILED" };
+        line(c.label, c.value.to_string(), mark);
+    }
+    let verdict = match (o.findings.safe(), o.passed(plan)) {
+        (true, true) => {
+            "OK: no job lost, no effect made twice or left out, none committed by a stale \
+             claim, every duplicate at the unkeyed remote made visible, every unknown outcome \
+             settled, every batch with one successor, and every ledger total equal to its \
+             entries"
+        }
+        (true, false) => "INCONCLUSIVE: nothing unsafe was found, but a planned fault never hit",
+        (false, _) => "FAILED: the checker found the safety counts marked above",
+    };
+    println!("verdict: {verdict}");
+}
