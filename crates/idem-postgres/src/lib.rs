@@ -19,6 +19,17 @@
 //! `idem-sqlite`; migrations in `migrations/`, numbered as there.
 #![warn(missing_docs)]
 
+#[cfg(all(
+    any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"),
+    not(debug_assertions)
+))]
+compile_error!(
+    "the features chaos-break-fence and chaos-break-effect-key are test-only broken builds \
+     and cannot be enabled in a release build"
+);
+
+#[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
+mod chaos;
 mod connect;
 mod error;
 mod migrate;
@@ -91,6 +102,8 @@ impl PgStore {
     /// Checks the settings, probes the server (creating the schema when `create`), and
     /// sets up the pools.
     async fn open(url: &str, options: PgOptions, create: bool) -> StoreResult<Self> {
+        #[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
+        chaos::check();
         options.validate()?;
         let connect = connect::connect_options(url)?;
         connect::probe(url, &connect, options.schema.as_deref(), create).await?;

@@ -68,6 +68,19 @@ impl StoreTx for PgTx {
         self.tx.rollback().await.map_err(interpret_error)
     }
 
+    /// chaos-break-effect-key: `COMMIT` and `BEGIN` again on this transaction's
+    /// connection. sqlx's own count of open transactions stays one, as the server's does.
+    #[cfg(feature = "chaos-break-effect-key")]
+    async fn restart_for_chaos(&mut self) -> StoreResult<()> {
+        for sql in ["COMMIT", crate::connect::BEGIN] {
+            sqlx::raw_sql(sql)
+                .execute(&mut *self.tx)
+                .await
+                .map_err(interpret_error)?;
+        }
+        Ok(())
+    }
+
     async fn job_insert_rows(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
         ops::job::insert(&mut *self.tx, p).await
     }

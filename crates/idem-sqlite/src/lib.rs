@@ -23,6 +23,17 @@
 //! `$1`, `$2`, … as on PostgreSQL (`value.rs` binds them by number).
 #![warn(missing_docs)]
 
+#[cfg(all(
+    any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"),
+    not(debug_assertions)
+))]
+compile_error!(
+    "the features chaos-break-fence and chaos-break-effect-key are test-only broken builds \
+     and cannot be enabled in a release build"
+);
+
+#[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
+mod chaos;
 mod connect;
 mod error;
 mod migrate;
@@ -125,6 +136,8 @@ impl SqliteStore {
 
     /// Opens the writer's connection on `target` and starts its thread.
     async fn start(target: Target, options: SqliteOptions) -> StoreResult<Self> {
+        #[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
+        chaos::check();
         let url = target.url().to_owned();
         let opener = target.clone();
         let conn = tokio::task::spawn_blocking(move || opener.open(true))

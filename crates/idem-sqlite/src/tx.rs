@@ -134,6 +134,17 @@ impl StoreTx for SqliteTx {
         .await
     }
 
+    /// chaos-break-effect-key: `COMMIT` and `BEGIN IMMEDIATE` again, in one hop on the
+    /// writer this transaction holds (a second connection would wait for it for ever).
+    #[cfg(feature = "chaos-break-effect-key")]
+    async fn restart_for_chaos(&mut self) -> StoreResult<()> {
+        self.run(|c| {
+            ops::commit(c)?;
+            ops::begin(c)
+        })
+        .await
+    }
+
     async fn job_insert_rows(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
         self.run(move |c| ops::job::insert(c, p)).await
     }

@@ -15,7 +15,18 @@
 //!   wrappers that open one, call the [`StoreTx`] method and commit.
 #![warn(missing_docs)]
 
+#[cfg(all(
+    any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"),
+    not(debug_assertions)
+))]
+compile_error!(
+    "the features chaos-break-fence and chaos-break-effect-key are test-only broken builds \
+     and cannot be enabled in a release build"
+);
+
 pub mod batch;
+#[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
+pub mod chaos;
 mod counter;
 mod effect;
 pub mod enqueue;

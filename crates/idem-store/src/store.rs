@@ -279,6 +279,17 @@ pub trait StoreTx: Send {
     /// Discards everything written in this transaction.
     async fn rollback(self: Box<Self>) -> StoreResult<()>;
 
+    /// Test-only broken build `chaos-break-effect-key`: commits everything written so far
+    /// and goes on in a new transaction on the same connection (SQLite: on the writer it
+    /// already holds), so an effect key claimed so far commits before its effect. Nothing
+    /// else may call it.
+    #[cfg(feature = "chaos-break-effect-key")]
+    async fn restart_for_chaos(&mut self) -> StoreResult<()> {
+        Err(crate::StoreError::Invalid(
+            "this store cannot restart a transaction (chaos-break-effect-key)".into(),
+        ))
+    }
+
     /// Inserts jobs; returns them in the order given. A job whose `run_at` is after `now`
     /// is `scheduled`, otherwise `available`. A job whose `(queue, enqueue_key)` is held
     /// inside the window returns the holding job, marked deduplicated, and inserts

@@ -170,6 +170,8 @@ impl Idem {
 
     /// A client over an already migrated store, on the database clock.
     pub fn from_store(store: Arc<dyn Store>) -> Idem {
+        #[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
+        idem_store::chaos::announce();
         Idem {
             store,
             clock: Arc::new(DatabaseClock),

@@ -4,7 +4,8 @@
 //! Invariant: an [`EffectTx`] exists only after the store confirmed, inside that same
 //! transaction, that this claim's fence is current, and it keeps the job's row locked
 //! until commit; so either the effects and the completion commit together under a
-//! current claim, or nothing commits.
+//! current claim, or nothing commits. (Not in the test-only broken builds, which break
+//! this on purpose: see ARCHITECTURE.md, "Test-only broken builds".)
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -38,6 +39,11 @@ impl LeaseSignal {
     }
 
     fn is_raised(&self) -> bool {
+        // chaos-break-fence: the handler never hears that its lease is lost, so a stale
+        // handler goes on to commit (the heartbeat still logs the loss).
+        #[cfg(feature = "chaos-break-fence")]
+        return false;
+        #[cfg(not(feature = "chaos-break-fence"))]
         self.lost.load(Ordering::Acquire)
     }
 
@@ -192,17 +198,21 @@ impl JobContext {
     /// transaction back and releases the job for the rescuer.
     pub async fn begin(&mut self) -> Result<EffectTx<'_>, IdemError> {
         let mut tx = self.idem.store.begin().await?;
-        let lock = JobLock {
-            lease: self.lease(),
-            // PostgreSQL's setting is an int of milliseconds (about 24.8 days at most).
-            idle_timeout_ms: Some(crate::client::millis(self.lease_length).min(i32::MAX.into())),
-        };
-        tx.job_lock(lock).await?;
+        tx.job_lock(self.job_lock()).await?;
         Ok(EffectTx {
             tx,
             cx: self,
             queues: BTreeSet::new(),
         })
+    }
+
+    /// The fence check that opens this claim's effect transaction.
+    fn job_lock(&self) -> JobLock {
+        JobLock {
+            lease: self.lease(),
+            // PostgreSQL's setting is an int of milliseconds (about 24.8 days at most).
+            idle_timeout_ms: Some(crate::client::millis(self.lease_length).min(i32::MAX.into())),
+        }
     }
 }
 
@@ -317,7 +327,23 @@ impl<'a> EffectTx<'a> {
         if self.cx.job.attempt > 1 {
             self.check_stable(&params).await?;
         }
-        Ok(self.tx.effect_claim(params).await?)
+        let claimed = self.tx.effect_claim(params).await?;
+        #[cfg(feature = "chaos-break-effect-key")]
+        if claimed.is_new() {
+            self.commit_early_for_chaos().await?;
+        }
+        Ok(claimed)
+    }
+
+    /// chaos-break-effect-key: commits what this transaction wrote so far (the key just
+    /// claimed) on its own, then goes on in a new transaction on the same connection,
+    /// opened with the fence check again, so the handler's next writes and the job's
+    /// completion commit later, or never.
+    #[cfg(feature = "chaos-break-effect-key")]
+    async fn commit_early_for_chaos(&mut self) -> Result<(), IdemError> {
+        self.tx.restart_for_chaos().await?;
+        self.tx.job_lock(self.cx.job_lock()).await?;
+        Ok(())
     }
 
     /// On a retry: warns and counts when an earlier attempt of this job committed a
@@ -423,7 +449,12 @@ impl<'a> EffectTx<'a> {
             lease: self.cx.lease(),
             now: self.cx.idem.clock.now(),
         };
-        Ok(self.tx.ledger_post(params).await?)
+        let posted = self.tx.ledger_post(params).await?;
+        #[cfg(feature = "chaos-break-effect-key")]
+        if posted.is_new() {
+            self.commit_early_for_chaos().await?;
+        }
+        Ok(posted)
     }
 
     /// The number of `counter` that belongs to the effect `key`: the counter's next one the
@@ -623,6 +654,15 @@ fn check_account(account: &str) -> Result<(), IdemError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "chaos-break-fence")]
+    #[test]
+    fn a_broken_build_keeps_a_lost_lease_from_the_handler() {
+        let signal = LeaseSignal::default();
+        assert!(!signal.raise(), "the first loss is news to the heartbeat");
+        assert!(signal.raise(), "and it logs it once");
+        assert!(!signal.is_raised(), "the handler never hears of it");
+    }
 
     #[test]
     fn a_result_with_a_nul_character_or_too_large_is_refused() {

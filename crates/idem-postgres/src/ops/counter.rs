@@ -24,16 +24,18 @@ pub(crate) async fn next(c: &mut PgConnection, p: CounterNext) -> StoreResult<Co
     if let Some(number) = found {
         return Ok(CounterAssigned { number, new: false });
     }
-    let assigned: Option<i64> =
-        sqlx::query_scalar(include_str!("../../queries/counter/assign.sql"))
-            .bind(&p.counter)
-            .bind(&p.key)
-            .bind(p.lease.job_id)
-            .bind(p.lease.fence)
-            .bind(p.now)
-            .fetch_optional(&mut *c)
-            .await
-            .map_err(interpret_error)?;
+    let sql = include_str!("../../queries/counter/assign.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
+    let assigned: Option<i64> = sqlx::query_scalar(sql)
+        .bind(&p.counter)
+        .bind(&p.key)
+        .bind(p.lease.job_id)
+        .bind(p.lease.fence)
+        .bind(p.now)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(interpret_error)?;
     match assigned {
         Some(number) => Ok(CounterAssigned { number, new: true }),
         None => Err(StoreError::lease_lost(p.lease)),

@@ -28,16 +28,18 @@ pub(crate) async fn claim(c: &mut PgConnection, p: EffectClaim) -> StoreResult<E
 
 /// One fenced insert of the key; whether it inserted.
 async fn insert(c: &mut PgConnection, p: &EffectClaim) -> StoreResult<bool> {
-    let inserted: Option<String> =
-        sqlx::query_scalar(include_str!("../../queries/effect/claim.sql"))
-            .bind(&p.key)
-            .bind(&p.kind)
-            .bind(p.lease.job_id)
-            .bind(p.lease.fence)
-            .bind(p.now)
-            .fetch_optional(&mut *c)
-            .await
-            .map_err(interpret_error)?;
+    let sql = include_str!("../../queries/effect/claim.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
+    let inserted: Option<String> = sqlx::query_scalar(sql)
+        .bind(&p.key)
+        .bind(&p.kind)
+        .bind(p.lease.job_id)
+        .bind(p.lease.fence)
+        .bind(p.now)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(interpret_error)?;
     Ok(inserted.is_some())
 }
 

@@ -147,7 +147,10 @@ pub(crate) async fn lock<'e, E>(ex: E, p: JobLock) -> StoreResult<JobRow>
 where
     E: Executor<'e, Database = Postgres>,
 {
-    let q = sqlx::query(include_str!("../../queries/job/lock.sql"))
+    let sql = include_str!("../../queries/job/lock.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
+    let q = sqlx::query(sql)
         .bind(p.lease.job_id)
         .bind(p.lease.fence)
         .bind(p.idle_timeout_ms);
@@ -161,7 +164,10 @@ pub(crate) async fn complete<'e, E>(ex: E, p: JobComplete, batches: bool) -> Sto
 where
     E: Executor<'e, Database = Postgres>,
 {
-    let q = sqlx::query(include_str!("../../queries/job/complete.sql"))
+    let sql = include_str!("../../queries/job/complete.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
+    let q = sqlx::query(sql)
         .bind(p.lease.job_id)
         .bind(p.lease.fence)
         .bind(p.now)
@@ -185,7 +191,10 @@ where
     }
     let (ids, fences) = lease_columns(&p.leases);
     let (result_ids, results): (Vec<i64>, Vec<serde_json::Value>) = p.results.into_iter().unzip();
-    let rows = sqlx::query(include_str!("../../queries/job/complete_many.sql"))
+    let sql = include_str!("../../queries/job/complete_many.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
+    let rows = sqlx::query(sql)
         .bind(ids)
         .bind(fences)
         .bind(p.now)

@@ -29,17 +29,19 @@ pub(crate) async fn post(c: &mut PgConnection, p: LedgerPost) -> StoreResult<Led
 
 /// One fenced insert of the entry; whether it inserted.
 async fn insert(c: &mut PgConnection, p: &LedgerPost) -> StoreResult<bool> {
-    let inserted: Option<String> =
-        sqlx::query_scalar(include_str!("../../queries/ledger/post_entry.sql"))
-            .bind(&p.entry_key)
-            .bind(&p.account)
-            .bind(p.amount)
-            .bind(p.lease.job_id)
-            .bind(p.lease.fence)
-            .bind(p.now)
-            .fetch_optional(&mut *c)
-            .await
-            .map_err(interpret_error)?;
+    let sql = include_str!("../../queries/ledger/post_entry.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
+    let inserted: Option<String> = sqlx::query_scalar(sql)
+        .bind(&p.entry_key)
+        .bind(&p.account)
+        .bind(p.amount)
+        .bind(p.lease.job_id)
+        .bind(p.lease.fence)
+        .bind(p.now)
+        .fetch_optional(&mut *c)
+        .await
+        .map_err(interpret_error)?;
     Ok(inserted.is_some())
 }
 

@@ -25,6 +25,8 @@ pub(crate) fn next(c: &Connection, p: &CounterNext) -> StoreResult<CounterAssign
         return Ok(CounterAssigned { number, new: false });
     }
     let bump = include_str!("../../queries/counter/bump.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let bump = crate::chaos::unfenced(bump);
     let args = params![p.counter, p.lease.job_id, p.lease.fence];
     let Some(number) = rows(c, bump, args, one)?.pop() else {
         return Err(StoreError::lease_lost(p.lease));

@@ -11,6 +11,8 @@ use crate::row::{self, ts_to_ms};
 
 pub(crate) fn claim(c: &Connection, p: &EffectClaim) -> StoreResult<EffectClaimed> {
     let sql = include_str!("../../queries/effect/claim.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
     let args = params![
         p.key,
         p.kind,

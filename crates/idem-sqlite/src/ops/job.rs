@@ -128,6 +128,8 @@ pub(crate) fn heartbeat(c: &Connection, p: &JobHeartbeat) -> StoreResult<Vec<Lea
 
 pub(crate) fn lock(c: &Connection, p: &JobLock) -> StoreResult<JobRow> {
     let sql = include_str!("../../queries/job/lock.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
     let jobs = rows(c, sql, [p.lease.job_id, p.lease.fence], row::job)?;
     guarded(jobs, p.lease)
 }
@@ -136,6 +138,8 @@ pub(crate) fn lock(c: &Connection, p: &JobLock) -> StoreResult<JobRow> {
 /// child of a batch alone (`LeaseLost`), for a path that does not count batches.
 pub(crate) fn complete(c: &Connection, p: &JobComplete, batches: bool) -> StoreResult<JobRow> {
     let sql = include_str!("../../queries/job/complete.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
     let result = p.result.as_ref().map(json_list).transpose()?;
     let args = params![
         p.lease.job_id,
@@ -163,6 +167,8 @@ pub(crate) fn complete_many(
         return Ok(Vec::new());
     }
     let sql = include_str!("../../queries/job/complete_many.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
     let args = params![json_list(&p.leases)?, p.now.map(ts_to_ms), batches];
     let done = rows(c, sql, args, row::completed)?;
     if done.is_empty() {

@@ -52,6 +52,8 @@ impl<'a> AttemptRecord<'a> {
 
 pub(super) fn insert(c: &Connection, rec: AttemptRecord<'_>) -> StoreResult<()> {
     let sql = include_str!("../../queries/job_attempt/insert.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
     let now = rec.now.map(ts_to_ms);
     let state = rec.only_if_state;
     let args = params![rec.job_id, rec.outcome.as_str(), rec.error, now, state];
@@ -61,6 +63,8 @@ pub(super) fn insert(c: &Connection, rec: AttemptRecord<'_>) -> StoreResult<()> 
 /// The `completed` attempt rows of the jobs complete-many just completed.
 pub(super) fn insert_completed(c: &Connection, ids: &[i64]) -> StoreResult<()> {
     let sql = include_str!("../../queries/job_attempt/insert_completed.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
     exec(c, sql, [json_list(&ids)?])
 }
 

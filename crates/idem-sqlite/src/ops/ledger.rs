@@ -11,6 +11,8 @@ use crate::row::{self, ts_to_ms};
 
 pub(crate) fn post(c: &Connection, p: &LedgerPost) -> StoreResult<LedgerPosted> {
     let sql = include_str!("../../queries/ledger/post_entry.sql");
+    #[cfg(feature = "chaos-break-fence")]
+    let sql = crate::chaos::unfenced(sql);
     let now = p.now.map(ts_to_ms);
     let args = params![
         p.entry_key,
