@@ -73,10 +73,6 @@ struct Paused {
     since: Instant,
 }
 
-/// Workers that were zombies: never killed afterwards, so that the report they print at
-/// the end counts the stale commits their fence refused.
-type Zombies = Vec<String>;
-
 /// Runs the faults and follows progress until the producer is done, every fault has
 /// happened and every job of the run has finished.
 pub(super) async fn drive(
@@ -98,7 +94,7 @@ pub(super) async fn drive(
         plan.duration + Duration::from_secs(120) + Duration::from_millis(expected as u64 * 20);
     let started = Instant::now();
     let mut paused: Option<Paused> = None;
-    let mut zombies = Zombies::new();
+    let mut zombies: Vec<String> = Vec::new();
     loop {
         let (finished, unfinished) = progress(idem).await.unwrap_or((0, 1));
         bar.set_position(finished as u64);
@@ -126,7 +122,7 @@ pub(super) async fn drive(
             started.elapsed() >= *at && !(*f == Fault::Zombie && paused.is_some())
         }) {
             match fault {
-                Fault::Kill => kill(idem, fleet, &zombies, &mut done).await?,
+                Fault::Kill => kill(idem, fleet, paused.as_ref(), &zombies, &mut done).await?,
                 Fault::Zombie => {
                     paused = pause(idem, fleet, pause_for, &mut done).await;
                     zombies.extend(paused.as_ref().map(|p| p.name.clone()));
@@ -153,19 +149,25 @@ async fn progress(idem: &Idem) -> anyhow::Result<(i64, i64)> {
     }
 }
 
-/// SIGKILLs a worker that has never been a zombie: in turn at a random moment, at the kill
-/// point inside its next effect transaction, and at the next completion it leaves to the
-/// batched completer. An armed worker that does not reach its point within 3 s is killed
-/// where it stands.
+/// SIGKILLs a worker that is not paused, one that has not been a zombie when there is one
+/// (a zombie's count of refused commits since its last report would die with it): in turn
+/// at a random moment, at the kill point inside its next effect transaction, and at the
+/// next completion it leaves to the batched completer. An armed worker that does not
+/// reach its point within 3 s is killed where it stands.
 async fn kill(
     idem: &Idem,
     fleet: &mut Fleet,
-    zombies: &Zombies,
+    paused: Option<&Paused>,
+    zombies: &[String],
     done: &mut Done,
 ) -> anyhow::Result<()> {
-    let candidates: Vec<usize> = (0..fleet.live.len())
+    let alive: Vec<usize> = (0..fleet.live.len())
+        .filter(|i| paused.is_none_or(|p| fleet.live[*i].0 != p.name))
+        .collect();
+    let fresh: Vec<usize> = (alive.iter().copied())
         .filter(|i| !zombies.contains(&fleet.live[*i].0))
         .collect();
+    let candidates = if fresh.is_empty() { alive } else { fresh };
     let Some(&index) = candidates.get(rand::random_range(0..candidates.len().max(1))) else {
         return Ok(());
     };

@@ -1,6 +1,6 @@
 //! The run's worker processes: started as `idem chaos-worker` children, signalled
 //! (SIGKILL, SIGSTOP, SIGCONT, and the kill points' arming signals) by the fault driver,
-//! stopped with SIGTERM at the end, and their reports read from their stdout.
+//! stopped with SIGTERM at the end, and their reports read from the files they keep.
 //!
 //! What must stay true: no worker process outlives the run. A child stays in `live`
 //! until it has been waited for, so a run cut short at any await leaves every child still
@@ -11,12 +11,10 @@ use std::path::PathBuf;
 use std::process::Stdio;
 
 use anyhow::Context;
-use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use super::Plan;
 use super::orphan::die_with_parent;
-use super::worker::REPORT_MARKER;
 
 /// The worker processes.
 pub(super) struct Fleet {
@@ -68,12 +66,14 @@ impl Fleet {
             .args(["--concurrency", &self.concurrency.to_string()])
             .args(["--lease-ms", &self.lease_ms.to_string()])
             .args(["--work-ms", &self.work_ms.to_string()])
+            .arg("--report-file")
+            .arg(report_file(&self.dir, &name))
             .env("IDEM_DATABASE_URL", &self.url)
             .env(
                 "IDEM_LOG",
                 std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()),
             )
-            .stdout(Stdio::piped())
+            .stdout(Stdio::null())
             .stderr(std::fs::File::create(self.dir.join(format!("{name}.log")))?)
             .kill_on_drop(true);
         die_with_parent(&mut cmd);
@@ -126,22 +126,28 @@ impl Fleet {
         Ok(())
     }
 
-    /// SIGTERM every live worker (SIGCONT first, for a paused one) and collect their
-    /// reports.
+    /// SIGTERM every live worker (SIGCONT first, for a paused one), wait for them, and
+    /// read the report of every worker the run started: the last one each wrote, at its
+    /// graceful exit or, for a killed one, its last snapshot before the kill.
     pub(super) async fn stop(&mut self) -> Vec<(String, idem::WorkerReport)> {
         for i in 0..self.live.len() {
             self.signal(i, libc::SIGCONT);
             self.signal(i, libc::SIGTERM);
         }
-        let mut reports = Vec::new();
         for (name, child) in &mut self.live {
-            match report(child).await {
-                Ok(r) => reports.push((name.clone(), r)),
-                Err(e) => eprintln!("worker {name} exited without a report ({e:#})"),
+            match child.wait().await {
+                Ok(status) if status.success() => {}
+                other => eprintln!("worker {name} did not exit cleanly ({other:?})"),
             }
         }
         self.live.clear();
-        reports
+        (1..=self.spawned)
+            .filter_map(|n| {
+                let name = format!("w{n}");
+                let json = std::fs::read(report_file(&self.dir, &name)).ok()?;
+                Some((name, serde_json::from_slice(&json).ok()?))
+            })
+            .collect()
     }
 
     /// SIGKILL every live worker and wait for it to exit; answers them, as `name (pid N)`.
@@ -160,18 +166,7 @@ impl Fleet {
     }
 }
 
-/// Waits for a stopping worker to exit and reads the report it printed.
-async fn report(child: &mut Child) -> anyhow::Result<idem::WorkerReport> {
-    let status = child.wait().await?;
-    let mut out = String::new();
-    if let Some(mut stdout) = child.stdout.take() {
-        // The report is one short line, far below a pipe's buffer: the worker never
-        // waits for this read before it exits.
-        stdout.read_to_string(&mut out).await?;
-    }
-    let json = out
-        .lines()
-        .find_map(|l| l.strip_prefix(REPORT_MARKER))
-        .with_context(|| format!("{status}"))?;
-    Ok(serde_json::from_str(json.trim())?)
+/// Where worker `name` keeps its report.
+fn report_file(dir: &std::path::Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.report.json"))
 }

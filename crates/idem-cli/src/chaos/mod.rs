@@ -187,69 +187,76 @@ pub(super) struct Outcome {
 }
 
 impl Outcome {
-    /// The counters that prove the planned faults hit, each with whether it must be
-    /// above 0 under `plan`.
-    pub(super) fn proof(&self, plan: &Plan) -> Vec<(&'static str, i64, bool)> {
+    /// The counters that prove the planned faults hit, each with the least it must be
+    /// under `plan` (every planned kill, zombie and restart; one of the others).
+    pub(super) fn proof(&self, plan: &Plan) -> Vec<(&'static str, i64, i64)> {
         let f = &self.faults;
         let refused: u64 = self.reports.iter().map(|(_, r)| r.lease_lost).sum();
         let s = &self.settled;
         let reconciled = s.applied + s.absent + s.duplicates + s.manual + s.audit_duplicates;
-        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let some = |planned: usize| i64::from(planned > 0);
         vec![
-            ("workers killed (SIGKILL)", n(f.kills), plan.kills > 0),
-            ("  inside an effect transaction", n(f.kills_in_tx), false),
+            (
+                "workers killed (SIGKILL)",
+                n(f.kills as u64),
+                plan.kills as i64,
+            ),
+            ("  inside an effect transaction", n(f.kills_in_tx as u64), 0),
             (
                 "  with a batched completion pending",
-                n(f.kills_in_completion),
-                false,
+                n(f.kills_in_completion as u64),
+                0,
             ),
-            ("  at a random moment", n(f.kills_at_random), false),
-            ("  with a remote call in flight", n(f.kills_mid_call), false),
+            ("  at a random moment", n(f.kills_at_random as u64), 0),
+            (
+                "  with a remote call in flight",
+                n(f.kills_mid_call as u64),
+                0,
+            ),
             (
                 "zombie workers (SIGSTOP past the lease)",
-                n(f.zombies),
-                plan.zombies > 0,
+                n(f.zombies as u64),
+                plan.zombies as i64,
             ),
             (
                 "PostgreSQL restarts (immediate)",
-                n(f.restarts),
-                plan.restarts > 0,
+                n(f.restarts as u64),
+                plan.restarts as i64,
             ),
             (
                 "backend connections killed",
-                n(f.terminated),
-                plan.terminations > 0,
+                n(f.terminated as u64),
+                some(plan.terminations),
             ),
             (
                 "jobs taken over after a lost lease",
                 self.findings.rescues,
-                plan.kills + plan.zombies > 0,
+                some(plan.kills + plan.zombies),
             ),
             (
                 "  remote-call intents taken over",
                 self.findings.intent_takeovers,
-                false,
+                0,
             ),
             (
                 "stale commits refused by the fence",
-                i64::try_from(refused).unwrap_or(i64::MAX),
-                plan.zombies > 0,
+                n(refused),
+                some(plan.zombies),
             ),
+            // The sink answers some unkeyed calls with an error after applying them; a run
+            // of 100 jobs or more has such calls.
             (
                 "unknown outcomes reconciled",
-                i64::try_from(reconciled).unwrap_or(i64::MAX),
-                true,
+                n(reconciled),
+                i64::from(plan.jobs >= 100),
             ),
         ]
     }
 
-    /// Every safety count 0 and every required proof above 0.
+    /// Every safety count 0 and every proof at its least.
     pub(super) fn passed(&self, plan: &Plan) -> bool {
-        self.findings.safe()
-            && self
-                .proof(plan)
-                .iter()
-                .all(|(_, v, required)| !required || *v > 0)
+        self.findings.safe() && self.proof(plan).iter().all(|(_, v, least)| v >= least)
     }
 }
 

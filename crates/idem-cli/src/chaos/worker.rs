@@ -2,9 +2,10 @@
 //!
 //! It runs the workload's handlers and the built-in `http` kind on the run's queue, with
 //! the kill points listening for their arming signals, until SIGTERM or SIGINT; then it
-//! shuts down gracefully and prints its report as one line after [`REPORT_MARKER`] on
-//! stdout, which the parent reads.
+//! shuts down gracefully. It keeps its report in a file, rewritten every half second and
+//! at the end, so that the parent reads what a killed worker counted before it died.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,9 +15,6 @@ use idem::{Idem, WorkerConfig};
 
 use super::workload::{self, kill};
 use super::{QUEUE, remote_kind};
-
-/// Starts the line on which a worker process prints its report.
-pub(super) const REPORT_MARKER: &str = "IDEM_WORKER_REPORT";
 
 /// Arguments of the hidden `idem chaos-worker`.
 #[derive(Args)]
@@ -29,6 +27,16 @@ pub struct ChaosWorkerArgs {
     lease_ms: u64,
     #[arg(long)]
     work_ms: u64,
+    #[arg(long)]
+    report_file: PathBuf,
+}
+
+/// Writes `report` to `path` whole (a reader never sees half of it).
+fn keep(path: &Path, report: &idem::WorkerReport) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec(report)?)?;
+    std::fs::rename(tmp, path)?;
+    Ok(())
 }
 
 /// The hidden worker process.
@@ -51,11 +59,14 @@ pub async fn run(args: ChaosWorkerArgs, url: String) -> anyhow::Result<ExitCode>
     w.register(remote_kind(args.lease_ms)?)?;
     let running = w.start();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = tokio::signal::ctrl_c() => {},
+    let mut every = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+            _ = every.tick() => keep(&args.report_file, &running.report())?,
+        }
     }
-    let report = running.shutdown().await;
-    println!("{REPORT_MARKER} {}", serde_json::to_string(&report)?);
+    keep(&args.report_file, &running.shutdown().await)?;
     Ok(ExitCode::SUCCESS)
 }

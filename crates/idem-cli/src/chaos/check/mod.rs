@@ -116,6 +116,8 @@ fn jobs(f: &mut Findings, asked: &[Asked], db: &Snapshot) {
     );
     f.safety("jobs lost: asked for, row gone", vanished);
     f.safety("jobs lost: asked for, never finished", unfinished);
+    // Every job of the workload can complete: one dead-lettered is an effect not made.
+    f.safety("jobs dead-lettered instead of completed", state("dead"));
     f.safety("follow-on jobs never finished", follow_ons_unfinished);
     f.rescues = db
         .attempts
@@ -155,7 +157,11 @@ fn mails(f: &mut Findings, asked: &[Asked], db: &Snapshot) {
     f.safety("receipt mails sent twice", twice(&db.outbox));
     f.safety("receipt mails missing", orders.difference(&mailed).count());
     f.safety("receipt numbers used twice", numbers.len() - distinct.len());
-    f.safety("receipt numbers skipped", highest - distinct.len() as i64);
+    let below_one = distinct.iter().filter(|n| **n < 1).count() as i64;
+    f.safety(
+        "receipt numbers skipped or below 1",
+        (highest - distinct.len() as i64).max(0) + below_one,
+    );
     f.safety("orders moved paid → receipted twice", twice(&changed));
     f.safety("orders left unreceipted", left);
     let conflicts = db.moves.iter().filter(|(_, o)| o == "conflict").count();
@@ -266,9 +272,33 @@ fn chains(f: &mut Findings, asked: &[Asked], db: &Snapshot) {
                 .count() as i64;
         }
     }
+    // A link's successor is enqueued in its effect transaction: one per link at most.
+    let mut next: HashMap<i64, usize> = HashMap::new();
+    for j in db.jobs.values() {
+        if let Some(link) = j.follows_job {
+            *next.entry(link).or_default() += 1;
+        }
+    }
+    let lengths: HashMap<i64, i64> = asked
+        .iter()
+        .filter_map(|a| match a {
+            Asked::Chain { chain, links, .. } => Some((*chain, *links)),
+            _ => None,
+        })
+        .collect();
+    let beyond = db
+        .links
+        .iter()
+        .filter(|e| lengths.get(&e.about.0).is_none_or(|n| e.about.1 >= *n))
+        .count();
     f.seen("chains asked for", chains);
     f.safety("chain links recorded twice", twice(&db.links));
     f.safety("chain links missing", missing);
+    f.safety(
+        "chain links enqueued twice",
+        next.values().map(|n| n - 1).sum::<usize>(),
+    );
+    f.safety("chain links beyond their chain", beyond);
 }
 
 fn batches(f: &mut Findings, asked: &[Asked], db: &Snapshot) {
@@ -282,35 +312,40 @@ fn batches(f: &mut Findings, asked: &[Asked], db: &Snapshot) {
     for t in &db.totals {
         totals.entry(t.about.0).or_default().push(t.value);
     }
-    let tallied: HashSet<(i64, i64)> = db.tallies.iter().map(|e| e.about).collect();
-    let (mut asked_batches, mut wrong, mut tallies_missing) = (0, 0, 0);
+    let tallied: HashMap<(i64, i64), i64> = db.tallies.iter().map(|e| (e.about, e.value)).collect();
+    let (mut asked_batches, mut wrong, mut tallies_wrong) = (HashSet::new(), 0, 0);
     for a in asked {
         if let Asked::Batch {
             batch, children, ..
         } = a
         {
-            asked_batches += 1;
+            asked_batches.insert(*batch);
             let sum: i64 = children.iter().map(|c| c.2).sum();
-            if totals.get(batch).is_none_or(|t| t.first() != Some(&sum)) {
+            if totals
+                .get(batch)
+                .is_none_or(|t| t.iter().any(|total| *total != sum))
+            {
                 wrong += 1;
             }
-            tallies_missing += children
+            tallies_wrong += children
                 .iter()
-                .filter(|c| !tallied.contains(&(*batch, c.1)))
+                .filter(|c| tallied.get(&(*batch, c.1)) != Some(&c.2))
                 .count();
         }
     }
-    let not_one = db
-        .batches
+    let not_one = asked_batches
         .iter()
+        .chain(&db.batches)
+        .collect::<HashSet<_>>()
+        .into_iter()
         .filter(|b| successors.get(b).copied().unwrap_or(0) != 1)
         .count();
-    f.seen("batches asked for", asked_batches);
+    f.seen("batches asked for", asked_batches.len());
     f.safety("batches without exactly one successor", not_one);
     f.safety("batch totals wrong or missing", wrong);
     f.safety("batch totals recorded twice", twice(&db.totals));
     f.safety("shop tallies recorded twice", twice(&db.tallies));
-    f.safety("shop tallies missing", tallies_missing);
+    f.safety("shop tallies wrong or missing", tallies_wrong);
 }
 
 fn calls(f: &mut Findings, asked: &[Asked], applied: &Applied, db: &Snapshot) {
@@ -344,7 +379,8 @@ fn calls(f: &mut Findings, asked: &[Asked], applied: &Applied, db: &Snapshot) {
                 unkeyed += 1;
                 extra += copies.saturating_sub(1);
                 match (copies > 1, state) {
-                    (true, Some("duplicate")) => visible += 1,
+                    // Marked duplicate, or parked for an operator: either way in sight.
+                    (true, Some("duplicate" | "manual")) => visible += 1,
                     (true, _) => silent += 1,
                     _ => {}
                 }
@@ -355,7 +391,7 @@ fn calls(f: &mut Findings, asked: &[Asked], applied: &Applied, db: &Snapshot) {
     f.seen("keyed remote calls asked for", keyed);
     f.seen("unkeyed remote calls asked for", unkeyed);
     f.seen("  extra copies the unkeyed sink applied", extra);
-    f.seen("  calls applied twice, marked duplicate", visible);
+    f.seen("  calls applied twice, marked duplicate or manual", visible);
     f.seen(
         "  unknown outcomes parked for an operator",
         by_state("manual"),
@@ -397,3 +433,6 @@ fn stale(f: &mut Findings, db: &Snapshot) {
         .count();
     f.safety("effects committed under a stale fence", stale);
 }
+
+#[cfg(test)]
+mod tests;
