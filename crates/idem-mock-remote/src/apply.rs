@@ -4,6 +4,7 @@
 //! (`Status`, `Delay`) → apply in the ledger (and the journal) → answer (`ApplyThenStatus`,
 //! `ApplyThenHang`, or `201`). The fault is taken at arrival, so faults meet requests in
 //! arrival order. A journal that cannot be written answers `500` and applies nothing.
+//! A request runs to its end even when its client hangs up (it runs in a task of its own).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,12 +27,22 @@ const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// The response header that marks a keyed replay.
 const REPLAYED: HeaderName = HeaderName::from_static("idempotent-replayed");
 
-/// Handles one `POST /effects`.
+/// Handles one `POST /effects` in a task of its own, as a real service goes on with a
+/// request whose client hung up: a delayed request still applies after its caller timed
+/// out (a late copy), and its answer goes nowhere.
 pub(crate) async fn handle(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let pipeline = tokio::spawn(pipeline(shared, headers, body));
+    pipeline
+        .await
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// The pipeline of one `POST /effects`.
+async fn pipeline(shared: Arc<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     shared.arrive();
     let key = idempotency_key(&headers);
     let mut entry = LogEntry::new("POST", key.clone());

@@ -223,6 +223,22 @@ async fn delay_then_applies_normally() {
 }
 
 #[tokio::test]
+async fn a_delayed_request_applies_after_its_client_gave_up() {
+    let remote = MockRemote::start(Mode::Unkeyed).unwrap();
+    remote.inject(Fault::Delay(Duration::from_millis(300)));
+    let impatient = builder()
+        .timeout(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    assert!(post(&impatient, &remote, Some("k1")).await.is_err());
+    // A late copy, as a real service makes one; without it this would wait for ever.
+    let late = tokio::time::timeout(Duration::from_secs(10), remote.wait_for_applied(1));
+    late.await
+        .expect("the delayed request was dropped with its connection");
+    assert_eq!(remote.applied_for("k1"), 1);
+}
+
+#[tokio::test]
 async fn wait_for_requests_resolves_on_arrival() {
     let remote = MockRemote::start(Mode::Keyed).unwrap();
     remote.hold();

@@ -7,6 +7,7 @@
 //!
 //! A query that fails (the server is restarting) is simply asked again next tick.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -80,6 +81,7 @@ pub(super) async fn drive(
     plan: &Plan,
     fleet: &mut Fleet,
     pg: Option<&OwnPostgres>,
+    sqlite: Option<&Path>,
     produced: &Arc<Produced>,
     expected: usize,
 ) -> anyhow::Result<Done> {
@@ -124,7 +126,7 @@ pub(super) async fn drive(
             match fault {
                 Fault::Kill => kill(idem, fleet, paused.as_ref(), &zombies, &mut done).await?,
                 Fault::Zombie => {
-                    paused = pause(idem, fleet, pause_for, &mut done).await;
+                    paused = pause(idem, fleet, sqlite, pause_for, &mut done).await;
                     zombies.extend(paused.as_ref().map(|p| p.name.clone()));
                 }
                 Fault::Terminate => terminate(pg, &mut done).await,
@@ -225,21 +227,57 @@ async fn in_flight(idem: &Idem, worker: &str) -> anyhow::Result<(i64, i64)> {
 }
 
 /// SIGSTOPs the worker holding the most leases (any, when none holds one), for longer
-/// than its lease.
-async fn pause(idem: &Idem, fleet: &Fleet, pause_for: Duration, done: &mut Done) -> Option<Paused> {
+/// than its lease. On SQLite a worker stopped inside a write transaction holds the
+/// database's one write lock: no one can take its leases over until it resumes, so it is
+/// no zombie, just a pause of everyone. Such a stop is undone at once and tried again a
+/// moment later, up to [`TRIES`] times.
+async fn pause(
+    idem: &Idem,
+    fleet: &Fleet,
+    sqlite: Option<&Path>,
+    pause_for: Duration,
+    done: &mut Done,
+) -> Option<Paused> {
     let busiest = busiest(idem, fleet).await.ok().flatten();
     let name = busiest.or_else(|| fleet.live.first().map(|w| w.0.clone()))?;
     let index = fleet.live.iter().position(|w| w.0 == name)?;
-    let (_, pid) = fleet.signal(index, libc::SIGSTOP)?;
-    done.zombies += 1;
-    done.events.push(format!(
-        "SIGSTOP {name} (pid {pid}) for {} ms, past its lease, then SIGCONT: a zombie",
-        pause_for.as_millis()
-    ));
-    Some(Paused {
-        name,
-        since: Instant::now(),
-    })
+    for tries in 1..=TRIES {
+        let (_, pid) = fleet.signal(index, libc::SIGSTOP)?;
+        if let Some(path) = sqlite
+            && !writable(path.to_owned()).await
+        {
+            fleet.signal(index, libc::SIGCONT);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        done.zombies += 1;
+        done.events.push(format!(
+            "SIGSTOP {name} (pid {pid}) for {} ms, past its lease, then SIGCONT: a zombie{}",
+            pause_for.as_millis(),
+            match tries {
+                1 => String::new(),
+                n => format!(" (stopped outside a write transaction at try {n})"),
+            }
+        ));
+        return Some(Paused {
+            name,
+            since: Instant::now(),
+        });
+    }
+    None
+}
+
+/// How often a zombie is tried for before its fault is given up.
+const TRIES: u32 = 40;
+
+/// Whether the SQLite database at `path` can take a write lock within 300 ms.
+async fn writable(path: std::path::PathBuf) -> bool {
+    let probe = move || -> rusqlite::Result<()> {
+        let conn = rusqlite::Connection::open(path)?;
+        conn.busy_timeout(Duration::from_millis(300))?;
+        conn.execute_batch("BEGIN IMMEDIATE; ROLLBACK")
+    };
+    matches!(tokio::task::spawn_blocking(probe).await, Ok(Ok(())))
 }
 
 fn resume(fleet: &Fleet, name: &str) {

@@ -371,6 +371,8 @@ async fn go(
             hang: (calls / 200).max(1),
             delays: calls / 4,
             delay_ms: plan.fleet.lease_ms / 5,
+            late: 2,
+            late_ms: plan.fleet.lease_ms * 4,
         },
     )
     .await?;
@@ -394,7 +396,8 @@ async fn go(
         plan.fleet.lease_ms,
         Arc::clone(&stop),
     ));
-    let faults = faults::drive(&db.idem, plan, fleet, pg, &produced, expected).await;
+    let sqlite = scratch::sqlite_path(&db.url);
+    let faults = faults::drive(&db.idem, plan, fleet, pg, sqlite, &produced, expected).await;
     stop.store(true, Ordering::SeqCst);
     if !producing.is_finished() {
         producing.abort();

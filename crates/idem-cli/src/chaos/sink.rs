@@ -7,8 +7,8 @@
 //!
 //! Faults are a FIFO that the next applies consume, so they are spread out: the unkeyed
 //! remote's unknown outcomes (`ApplyThenStatus(503)`) and hangs (`ApplyThenHang`) are
-//! interleaved evenly, and those evenly among its delays; the keyed remote gets the delays
-//! alone. With D delays and U unknown outcomes and hangs, the unkeyed remote's faults meet
+//! interleaved evenly, late calls among those, and all of them evenly among its delays;
+//! the keyed remote gets the delays alone. With D delays and U unknown outcomes and hangs, the unkeyed remote's faults meet
 //! its first U + D applies, one outcome fault about every (U + D) / U of them.
 //!
 //! What must stay true: the sink never outlives the process that started it (see
@@ -66,6 +66,14 @@ pub(crate) struct SinkFaults {
     /// How long a delayed call waits before it is applied, in milliseconds
     #[arg(long, default_value_t = 200)]
     pub(crate) delay_ms: u64,
+    /// Unkeyed calls applied only after --late-ms: past the caller's timeout and the
+    /// reconciler's settle delay, so the call is looked up, found absent, sent again, and
+    /// then applied twice (a duplicate the audit must make visible)
+    #[arg(long, default_value_t = 0)]
+    pub(crate) late: usize,
+    /// How long a late call waits before it is applied, in milliseconds
+    #[arg(long, default_value_t = 5000)]
+    pub(crate) late_ms: u64,
 }
 
 impl SinkFaults {
@@ -76,6 +84,8 @@ impl SinkFaults {
             ("--hang", self.hang.to_string()),
             ("--delays", self.delays.to_string()),
             ("--delay-ms", self.delay_ms.to_string()),
+            ("--late", self.late.to_string()),
+            ("--late-ms", self.late_ms.to_string()),
         ];
         let flag = |(name, n): (&str, String)| [name.to_owned(), n];
         flags.into_iter().flat_map(flag).collect()
@@ -86,11 +96,13 @@ impl SinkFaults {
         self.delays()
     }
 
-    /// The unkeyed remote's queue: unknown outcomes and hangs spread among the delays.
+    /// The unkeyed remote's queue: unknown outcomes, hangs and late calls spread among
+    /// the delays.
     fn unkeyed(&self) -> Vec<Fault> {
         let unknown = vec![Fault::ApplyThenStatus(503); self.unknown];
         let hangs = vec![Fault::ApplyThenHang; self.hang];
-        spread(spread(hangs, unknown), self.delays())
+        let late = vec![Fault::Delay(Duration::from_millis(self.late_ms)); self.late];
+        spread(spread(late, spread(hangs, unknown)), self.delays())
     }
 
     fn delays(&self) -> Vec<Fault> {
@@ -261,7 +273,20 @@ mod tests {
             hang,
             delays,
             delay_ms: 200,
+            late: 0,
+            late_ms: 5000,
         }
+    }
+
+    #[test]
+    fn late_calls_are_spread_among_the_outcome_faults() {
+        let late = Fault::Delay(Duration::from_millis(5000));
+        let mut f = faults(2, 0, 0);
+        f.late = 1;
+        assert_eq!(f.unkeyed(), [U, U, late]);
+        f.delays = 3;
+        assert_eq!(f.unkeyed(), [D, U, D, U, D, late]);
+        assert_eq!(f.keyed(), [D, D, D]);
     }
 
     #[test]
