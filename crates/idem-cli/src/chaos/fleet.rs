@@ -60,6 +60,9 @@ impl Fleet {
     fn spawn(&mut self) -> anyhow::Result<String> {
         self.spawned += 1;
         let name = format!("w{}", self.spawned);
+        let path = self.dir.join(format!("{name}.log"));
+        let log = std::fs::File::create(&path)
+            .with_context(|| format!("cannot create the worker's log {}", path.display()))?;
         let mut cmd = Command::new(&self.exe);
         cmd.arg("chaos-worker")
             .args(["--name", &name])
@@ -74,7 +77,7 @@ impl Fleet {
                 std::env::var("IDEM_LOG").unwrap_or_else(|_| "warn".into()),
             )
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(self.dir.join(format!("{name}.log")))?)
+            .stderr(log)
             .kill_on_drop(true);
         die_with_parent(&mut cmd);
         let child = cmd.spawn().context("cannot start a worker process")?;
