@@ -84,7 +84,7 @@ fn pids(line: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `pid` is a live (not zombie) `idem demo-worker` process.
+/// Whether `pid` is a live (not zombie) `idem chaos-worker` process (the demo's workers).
 fn alive(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -92,7 +92,7 @@ fn alive(pid: u32) -> bool {
         .rsplit(')')
         .next()
         .and_then(|s| s.trim().chars().next());
-    let is_worker = String::from_utf8_lossy(&cmdline).contains("demo-worker");
+    let is_worker = String::from_utf8_lossy(&cmdline).contains("chaos-worker");
     is_worker && !matches!(state, None | Some('Z') | Some('X'))
 }
 

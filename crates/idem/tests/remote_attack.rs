@@ -365,6 +365,77 @@ impl Handler for Pay {
     }
 }
 
+/// A `pay` job whose first attempt crashed after its unkeyed call was applied, and whose
+/// second attempt took the call over (`unknown`) and waits at the gate, about to fail
+/// dead to await it; a reconciler pass has just found the call applied and settled the
+/// intent while the job still ran (so it left the job alone).
+struct SettledWhileRunning {
+    idem: Idem,
+    job: JobRow,
+    clock: idem::ManualClock,
+    reconciler: idem::intent::Reconciler,
+    worker: idem::WorkerHandle,
+    opts: ReconcileOptions,
+    first_pass: idem::intent::ReconcileReport,
+    open: tokio::sync::oneshot::Sender<()>,
+    _remote: MockRemote,
+    _zombie: IntentGuard,
+}
+
+impl SettledWhileRunning {
+    async fn start(db: &TestDb, order: i64) -> SettledWhileRunning {
+        let remote = MockRemote::start(Mode::Unkeyed).expect("mock");
+        let clock = db_clock(db).await;
+        let idem = client(db, Some(Arc::new(clock.clone())));
+        let job = idem
+            .enqueue(Job::new("pay", json!({ "order": order })).queue("pay"))
+            .await
+            .unwrap()
+            .job;
+        let (park, mut parked) = events();
+        let (met, mut meets) = events();
+        let (gate, open) = Gate::new();
+        let pay = Pay {
+            remote: remote.url().to_owned(),
+            park,
+            met,
+            gate,
+        };
+        let mut w = idem.worker(no_purger("pay")).unwrap();
+        w.register(pay).unwrap();
+        let reconciler = w.reconciler();
+        let worker = w.start();
+        let zombie = within(30, "the first attempt calls and crashes", parked.recv())
+            .await
+            .expect("a guard");
+        assert_eq!(remote.applied_total(), 1);
+        wait_state(&idem, job.id, JobState::Retryable).await;
+        clock.advance(LEASE + Duration::from_secs(1));
+        assert_eq!(
+            within(30, "the takeover", meets.recv()).await,
+            Some((2, "reconcile"))
+        );
+        let opts = ReconcileOptions {
+            settle: Duration::from_secs(1),
+            ..ReconcileOptions::default()
+        };
+        let first_pass = reconciler.run(opts).await.unwrap();
+        assert_eq!(first_pass.applied, 1, "{first_pass:?}");
+        SettledWhileRunning {
+            idem,
+            job,
+            clock,
+            reconciler,
+            worker,
+            opts,
+            first_pass,
+            open,
+            _remote: remote,
+            _zombie: zombie,
+        }
+    }
+}
+
 /// `awaiting_reconciliation`: a job that met an unknown intent "stays dead until
 /// reconciliation or an operator settles the intent and retries the job". The holder
 /// of an unkeyed call crashed after sending; the job's next attempt takes the intent
@@ -373,60 +444,59 @@ impl Handler for Pay {
 /// still running, so `retry_settled` does nothing; the job then goes dead, and no later
 /// pass retries it (the intent is settled). The job never completes.
 async fn a_job_dead_on_an_intent_settled_meanwhile_is_retried(db: &TestDb) {
-    let remote = MockRemote::start(Mode::Unkeyed).expect("mock");
-    let clock = db_clock(db).await;
-    let idem = client(db, Some(Arc::new(clock.clone())));
-    let job = idem
-        .enqueue(Job::new("pay", json!({"order": 3})).queue("pay"))
-        .await
-        .unwrap()
-        .job;
-    let (park, mut parked) = events();
-    let (met, mut meets) = events();
-    let (gate, open) = Gate::new();
-    let pay = Pay {
-        remote: remote.url().to_owned(),
-        park,
-        met,
-        gate,
-    };
-    let mut w = idem.worker(no_purger("pay")).unwrap();
-    w.register(pay).unwrap();
-    let reconciler = w.reconciler();
-    let w = w.start();
-    let _zombie = within(30, "the first attempt calls and crashes", parked.recv())
-        .await
-        .expect("a guard");
-    assert_eq!(remote.applied_total(), 1);
-    wait_state(&idem, job.id, JobState::Retryable).await;
-
-    clock.advance(LEASE + Duration::from_secs(1));
-    assert_eq!(
-        within(30, "the takeover", meets.recv()).await,
-        Some((2, "reconcile"))
-    );
-    let opts = ReconcileOptions {
-        settle: Duration::from_secs(1),
-        ..ReconcileOptions::default()
-    };
-    let first_pass = reconciler.run(opts).await.unwrap();
-    assert_eq!(first_pass.applied, 1, "{first_pass:?}");
+    let run = SettledWhileRunning::start(db, 3).await;
+    let (idem, job, reconciler, clock, w) =
+        (&run.idem, &run.job, &run.reconciler, &run.clock, run.worker);
+    let (opts, first_pass, open) = (run.opts, run.first_pass, run.open);
     let _ = open.send(());
-    let failed = poll_job(&idem, job.id, 20, |j| j.state != JobState::Running).await;
+    let failed = poll_job(idem, job.id, 20, |j| j.state != JobState::Running).await;
 
     clock.advance(Duration::from_secs(5));
     let second_pass = reconciler.run(opts).await.unwrap();
-    let last = poll_job(&idem, job.id, 10, |j| j.state == JobState::Completed).await;
+    let last = poll_job(idem, job.id, 10, |j| j.state == JobState::Completed).await;
     within(30, "shutdown", w.shutdown()).await;
     assert_eq!(
         last.state,
         JobState::Completed,
         "the intent is {:?}, but its job stays {:?} ({:?}); the passes: {first_pass:?}, \
          then {second_pass:?}; after the first pass the job was {:?}",
-        intent(&idem, "pay:3").await.map(|r| r.state),
+        intent(idem, "pay:3").await.map(|r| r.state),
         last.state,
         last.last_error,
         failed.state,
+    );
+}
+
+/// Found by the chaos soak on PostgreSQL (a job dead-lettered among 50,000): a job's
+/// write of `dead` (to await its unknown intent) commits, but its connection dies before
+/// the answer comes back; the write is retried and refused (the job is no longer running),
+/// so the check for an intent settled meanwhile was skipped. A reconciler that settled the
+/// intent while the job was still running left the job to that check: it stayed dead. The
+/// first, committed write is made here directly with the claim's own lease.
+async fn a_dead_write_that_committed_unseen_still_retries_a_settled_job(db: &TestDb) {
+    let run = SettledWhileRunning::start(db, 4).await;
+    let (idem, job, w, open) = (&run.idem, &run.job, run.worker, run.open);
+    let running = idem.job(job.id).await.unwrap().expect("the job");
+    assert_eq!(running.state, JobState::Running);
+    let committed_unseen = idem_store::JobFail {
+        lease: running.lease_token(),
+        error: "awaits its intent (the write whose answer was lost)".into(),
+        retry_in_ms: None,
+        snooze: false,
+        now: None,
+    };
+    let dead = idem.store().job_fail(committed_unseen).await.unwrap();
+    assert_eq!(dead.state, JobState::Dead);
+    let _ = open.send(());
+    let last = poll_job(idem, job.id, 20, |j| j.state == JobState::Completed).await;
+    within(30, "shutdown", w.shutdown()).await;
+    assert_eq!(
+        last.state,
+        JobState::Completed,
+        "the intent is {:?}, but its job stays {:?} ({:?})",
+        intent(idem, "pay:4").await.map(|r| r.state),
+        last.state,
+        last.last_error,
     );
 }
 
@@ -515,6 +585,7 @@ idem_store_tests::store_cases!(
     two_http_jobs_never_share_an_intent,
     an_applied_call_with_a_binary_answer_completes_its_intent,
     a_job_dead_on_an_intent_settled_meanwhile_is_retried,
+    a_dead_write_that_committed_unseen_still_retries_a_settled_job,
     a_dead_job_awaiting_reconciliation_is_kept,
     an_http_job_with_any_valid_enqueue_key_can_run,
 );

@@ -222,7 +222,11 @@ pub(crate) async fn record_failure(
         Ok((row, finished))
     })
     .await;
-    if let (Ok((_, Finished::Dead)), Some(key)) = (&written, awaits) {
+    // Also after a failed write: one whose commit the store could not confirm (the
+    // connection died) may have made the job dead, and the retry is then refused.
+    // `retry_settled` acts only on a dead job, so checking when it is not is harmless.
+    let maybe_dead = matches!(&written, Ok((_, Finished::Dead)) | Err(_));
+    if let (true, Some(key)) = (maybe_dead, awaits) {
         settled_meanwhile(idem, job, &key).await;
     }
     written

@@ -57,7 +57,9 @@ const LINK_TWICE: &str = "chain links recorded twice";
 const LINK_MISSING: &str = "chain links missing";
 const LINK_ENQUEUED_TWICE: &str = "chain links enqueued twice";
 const LINK_BEYOND: &str = "chain links beyond their chain";
-const DEAD: &str = "jobs dead-lettered instead of completed";
+const DEAD: &str = "jobs dead-lettered, not parked for an operator";
+const CANCELLED: &str = "jobs cancelled (nothing in the run cancels)";
+const UNASKED: &str = "jobs nobody asked for (enqueued twice)";
 const NOT_ONE_SUCCESSOR: &str = "batches without exactly one successor";
 const TOTAL_WRONG: &str = "batch totals wrong or missing";
 const TOTAL_TWICE: &str = "batch totals recorded twice";
@@ -309,6 +311,18 @@ fn job_faults() -> Vec<Fault> {
             raises: &[(DEAD, 1)],
         },
         Fault {
+            what: "a producer's job cancelled",
+            apply: |w| w.job_mut(PING).state = "cancelled".into(),
+            raises: &[(CANCELLED, 1)],
+        },
+        Fault {
+            what: "a job enqueued that nobody asked for (a retried enqueue not deduplicated)",
+            apply: |w| {
+                w.job(PING + 1000, 1);
+            },
+            raises: &[(UNASKED, 1)],
+        },
+        Fault {
             // A link that never ran recorded no step: the two counts go together.
             what: "a chain's last link left available, its step never recorded",
             apply: |w| {
@@ -442,9 +456,13 @@ fn note_and_chain_faults() -> Vec<Fault> {
 fn batch_faults() -> Vec<Fault> {
     vec![
         Fault {
+            // A successor that was never enqueued recorded no total either.
             what: "a batch with no successor",
-            apply: |w| w.job_mut(SUCCESSOR).follows_batch = None,
-            raises: &[(NOT_ONE_SUCCESSOR, 1)],
+            apply: |w| {
+                w.db.jobs.remove(&SUCCESSOR);
+                w.db.totals.clear();
+            },
+            raises: &[(NOT_ONE_SUCCESSOR, 1), (TOTAL_WRONG, 1)],
         },
         Fault {
             what: "a batch with two successors (the second found the total recorded)",
@@ -485,9 +503,10 @@ fn batch_faults() -> Vec<Fault> {
             what: "an asked batch whose row and successor are gone",
             apply: |w| {
                 w.db.batches.clear();
-                w.job_mut(SUCCESSOR).follows_batch = None;
+                w.db.jobs.remove(&SUCCESSOR);
+                w.db.totals.clear();
             },
-            raises: &[(NOT_ONE_SUCCESSOR, 1)],
+            raises: &[(NOT_ONE_SUCCESSOR, 1), (TOTAL_WRONG, 1)],
         },
     ]
 }
@@ -565,7 +584,7 @@ fn fence_faults() -> Vec<Fault> {
 fn a_consistent_world_is_safe() {
     let f = world().findings();
     assert!(f.safe(), "{:?}", raised(&f));
-    assert_eq!(f.safety.len(), 31);
+    assert_eq!(f.safety.len(), 33);
     let seen = [
         ("jobs asked for by the producer", 13),
         ("  completed", 13),
@@ -654,6 +673,15 @@ fn surfaced_or_pending_outcomes_are_no_violation() {
     assert_eq!(
         value(&f.seen, "  unknown outcomes parked for an operator"),
         1
+    );
+    let mut w = world();
+    w.job_mut(UNKEYED).state = "dead".into();
+    w.intent_mut(UNKEYED).state = "manual".into();
+    let f = w.findings();
+    assert!(
+        !raised(&f).contains_key(DEAD),
+        "a dead job whose call is parked for an operator is in sight: {:?}",
+        raised(&f)
     );
     let mut w = world();
     w.intent_mut(KEYED).state = "in_progress".into();
