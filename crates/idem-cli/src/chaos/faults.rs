@@ -7,6 +7,7 @@
 //!
 //! A query that fails (the server is restarting) is simply asked again next tick.
 
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -90,7 +91,7 @@ pub(super) async fn drive(
         "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} jobs finished {msg}",
     )?);
     let mut done = Done::default();
-    let mut due = schedule(plan).into_iter().peekable();
+    let mut due: VecDeque<(Duration, Fault)> = schedule(plan).into();
     let pause_for = Duration::from_millis(plan.fleet.lease_ms * 2 + 500);
     let limit =
         plan.duration + Duration::from_secs(120) + Duration::from_millis(expected as u64 * 20);
@@ -107,7 +108,7 @@ pub(super) async fn drive(
         if let Some(p) = paused.take_if(|p| p.since.elapsed() >= pause_for) {
             resume(fleet, &p.name);
         }
-        let quiet = due.peek().is_none() && paused.is_none();
+        let quiet = due.is_empty() && paused.is_none();
         if quiet && produced.done.load(Ordering::SeqCst) && unfinished == 0 {
             break;
         }
@@ -120,14 +121,25 @@ pub(super) async fn drive(
                 "the run did not finish within {limit:?}: {finished} of {expected} jobs finished"
             );
         }
-        if let Some((_, fault)) = due.next_if(|(at, f)| {
+        let ready = due.front().is_some_and(|(at, f)| {
             started.elapsed() >= *at && !(*f == Fault::Zombie && paused.is_some())
-        }) {
+        });
+        let next = if ready { due.pop_front() } else { None };
+        if let Some((at, fault)) = next {
             match fault {
                 Fault::Kill => kill(idem, fleet, paused.as_ref(), &zombies, &mut done).await?,
                 Fault::Zombie => {
-                    paused = pause(idem, fleet, sqlite, pause_for, &mut done).await;
-                    zombies.extend(paused.as_ref().map(|p| p.name.clone()));
+                    // A zombie must hold a job to have a commit refused; wait for one to
+                    // hold some, for up to half a minute past its moment.
+                    let patient = started.elapsed() < at + ZOMBIE_PATIENCE;
+                    match pause(idem, fleet, sqlite, pause_for, patient, &mut done).await {
+                        Some(p) => {
+                            zombies.push(p.name.clone());
+                            paused = Some(p);
+                        }
+                        None if patient => due.push_front((at, fault)),
+                        None => {}
+                    }
                 }
                 Fault::Terminate => terminate(pg, &mut done).await,
                 Fault::Restart => restart(pg, &mut done).await?,
@@ -226,20 +238,25 @@ async fn in_flight(idem: &Idem, worker: &str) -> anyhow::Result<(i64, i64)> {
     ))
 }
 
-/// SIGSTOPs the worker holding the most leases (any, when none holds one), for longer
-/// than its lease. On SQLite a worker stopped inside a write transaction holds the
-/// database's one write lock: no one can take its leases over until it resumes, so it is
-/// no zombie, just a pause of everyone. Such a stop is undone at once and tried again a
-/// moment later, up to [`TRIES`] times.
+/// SIGSTOPs the worker holding the most leases, for longer than its lease; when none
+/// holds one, nobody while `patient` (answers `None`: the caller tries again later), else
+/// any. On SQLite a worker stopped inside a write transaction holds the database's one
+/// write lock: no one can take its leases over until it resumes, so it is no zombie, just
+/// a pause of everyone. Such a stop is undone at once and tried again a moment later, up
+/// to [`TRIES`] times.
 async fn pause(
     idem: &Idem,
     fleet: &Fleet,
     sqlite: Option<&Path>,
     pause_for: Duration,
+    patient: bool,
     done: &mut Done,
 ) -> Option<Paused> {
-    let busiest = busiest(idem, fleet).await.ok().flatten();
-    let name = busiest.or_else(|| fleet.live.first().map(|w| w.0.clone()))?;
+    let name = match busiest(idem, fleet).await.ok().flatten() {
+        Some(name) => name,
+        None if patient => return None,
+        None => fleet.live.first()?.0.clone(),
+    };
     let index = fleet.live.iter().position(|w| w.0 == name)?;
     for tries in 1..=TRIES {
         let (_, pid) = fleet.signal(index, libc::SIGSTOP)?;
@@ -269,6 +286,9 @@ async fn pause(
 
 /// How often a zombie is tried for before its fault is given up.
 const TRIES: u32 = 40;
+
+/// How long past its moment a zombie waits for a worker that holds a job.
+const ZOMBIE_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Whether the SQLite database at `path` can take a write lock within 300 ms.
 async fn writable(path: std::path::PathBuf) -> bool {
