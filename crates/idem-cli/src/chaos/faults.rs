@@ -105,7 +105,19 @@ pub(super) async fn drive(
             "· kills {} · zombies {} · restarts {} · connections killed {}",
             done.kills, done.zombies, done.restarts, done.terminated
         ));
-        if let Some(p) = paused.take_if(|p| p.since.elapsed() >= pause_for) {
+        // A zombie wakes once every job it held has been taken over (so each commit it
+        // then tries is stale), or after ten times its pause on a machine too slow for that.
+        let overdue = paused
+            .as_ref()
+            .is_some_and(|p| p.since.elapsed() >= pause_for);
+        if overdue
+            && let Some(p) = paused
+                .take_if(|p| p.since.elapsed() >= pause_for * 10)
+                .or(match held(idem, &paused).await {
+                    Ok(0) => paused.take(),
+                    _ => None,
+                })
+        {
             resume(fleet, &p.name);
         }
         let quiet = due.is_empty() && paused.is_none();
@@ -225,6 +237,13 @@ async fn kill(
     Ok(())
 }
 
+/// The jobs the paused worker still holds under its own claims.
+async fn held(idem: &Idem, paused: &Option<Paused>) -> anyhow::Result<i64> {
+    let Some(p) = paused else { return Ok(0) };
+    let sql = "SELECT count(*) FROM idem_job WHERE state = 'running' AND lease_owner = $1";
+    crate::scratch::scalar(idem, sql, &[p.name.as_str().into()]).await
+}
+
 /// The jobs a dead worker still held, and of those the remote calls in flight (intent
 /// in progress).
 async fn in_flight(idem: &Idem, worker: &str) -> anyhow::Result<(i64, i64)> {
@@ -269,7 +288,8 @@ async fn pause(
         }
         done.zombies += 1;
         done.events.push(format!(
-            "SIGSTOP {name} (pid {pid}) for {} ms, past its lease, then SIGCONT: a zombie{}",
+            "SIGSTOP {name} (pid {pid}) for at least {} ms, until the jobs it held were taken \
+             over, then SIGCONT: a zombie{}",
             pause_for.as_millis(),
             match tries {
                 1 => String::new(),
