@@ -6,15 +6,6 @@
 //! `config`, `worker`, `intents`, `reconcile`, `demo/`, `chaos/`, `bench/`); the database they open (`database`), how they print
 //! (`output`, `table`, `show`) and how they exit (`exit`) are shared.
 
-#[cfg(all(
-    any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"),
-    not(debug_assertions)
-))]
-compile_error!(
-    "the features chaos-break-fence and chaos-break-effect-key are test-only broken builds \
-     and cannot be enabled in a release build"
-);
-
 mod batches;
 mod bench;
 mod chaos;

@@ -1,6 +1,7 @@
 //! Test-only broken builds: what the features `chaos-break-fence` and
 //! `chaos-break-effect-key` share across the crates they break. Compiled only with one of
-//! them, and never in a release build (the `compile_error!` in each crate that has them).
+//! them, and never in a release build (the `compile_error!` in this crate's `lib.rs`,
+//! which every crate's features reach).
 //!
 //! The broken builds exist so the chaos checker can prove that it catches a broken engine
 //! (ARCHITECTURE.md, "Test-only broken builds"). What must stay true: a broken build says
@@ -31,11 +32,6 @@ impl Broken {
         }
     }
 
-    /// The statement this breaks, as its file holds it.
-    pub fn original(&self) -> &'static str {
-        self.original
-    }
-
     /// The broken statement. Panics when a cut's text is missing from the statement or in
     /// it more than once: the file was edited, and the break must be updated with it.
     pub fn sql(&'static self) -> &'static str {
@@ -43,6 +39,26 @@ impl Broken {
             .get_or_init(|| rewrite(self.original, self.cuts))
             .as_str()
     }
+}
+
+/// The broken variant of `sql` among `list` (a store's statements as `include_str!` loads
+/// them). Panics when it has none: an operation asks only for a statement it lists.
+#[cfg(feature = "chaos-break-fence")]
+pub fn variant(list: &'static [Broken], sql: &'static str) -> &'static str {
+    list.iter()
+        .find(|b| b.original == sql)
+        .unwrap_or_else(|| panic!("BROKEN BUILD: no broken variant of:\n{sql}"))
+        .sql()
+}
+
+/// Applies every break of `list` now (panicking on one that no longer applies) and says
+/// that this build is broken; a store runs it as it opens.
+#[cfg(feature = "chaos-break-fence")]
+pub fn check(list: &'static [Broken]) {
+    for broken in list {
+        broken.sql();
+    }
+    announce();
 }
 
 /// `sql` with each `(from, to)` applied; panics unless each `from` occurs once, no more.
