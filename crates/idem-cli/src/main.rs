@@ -20,6 +20,7 @@ mod intents;
 mod interrupt;
 mod jobs;
 mod ledger;
+mod metrics_listen;
 mod migrate;
 mod output;
 mod queues;
@@ -93,7 +94,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Run the built-in job kinds (http) on the given queues until SIGTERM or SIGINT,
     /// reconciling their unknown calls every --reconcile-every
-    Worker(worker::WorkerArgs),
+    Worker(worker::WorkerCommand),
     /// List, show and cancel jobs
     #[command(subcommand)]
     Jobs(jobs::JobsCommand),

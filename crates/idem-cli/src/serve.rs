@@ -4,6 +4,7 @@
 //! What must stay true: without `--dev` the server refuses to start with no token; with
 //! `--dev` it binds loopback only and says loudly that it is unauthenticated; tokens are
 //! never printed; a stop signal lets in-flight requests finish before the worker stops.
+//! `GET /metrics` (Prometheus) is for operators' tokens unless `--metrics-public`.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -17,6 +18,7 @@ use idem_http::Principal;
 use idem_http::api::{Api, Limits};
 use idem_http::auth::{Auth, Tokens};
 use idem_http::idempotency::IdempotencyConfig;
+use idem_http::metrics;
 use tokio::sync::watch;
 
 use crate::config::{ApiToken, CliConfig};
@@ -52,6 +54,10 @@ pub struct ServeArgs {
     /// The largest request body, in bytes
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
     max_body: usize,
+    /// Serve GET /metrics to anyone who can reach the listener (default: operators'
+    /// bearer tokens only)
+    #[arg(long)]
+    metrics_public: bool,
     #[command(flatten)]
     worker: WorkerArgs,
 }
@@ -94,6 +100,10 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut builtin = idem.worker(config.worker.clone())?;
     worker::register_builtins(&mut builtin)?;
     let reconciler = builtin.reconciler();
+    let metrics = match a.metrics_public {
+        true => metrics::Access::Public,
+        false => metrics::Access::Operators(auth.clone()),
+    };
     let api = Api {
         idem: idem.clone(),
         protocol,
@@ -102,7 +112,9 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         limits,
         reconciler: Some(reconciler.clone()),
     };
+    let exporter = metrics::Exporter::start(&idem).or_exit(Exit::Config)?;
     let router = api.router().or_exit(Exit::Config)?;
+    let router = router.merge(exporter.router(metrics));
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))
@@ -161,6 +173,7 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(passes) = passes {
         let _ = passes.await;
     }
+    exporter.stop().await;
     if let Some((stop, tasks)) = maintenance {
         let _ = stop.send(true);
         for task in tasks {

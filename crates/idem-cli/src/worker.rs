@@ -1,7 +1,8 @@
 //! `idem worker`: runs the job kinds idem provides (`http`) in a process of its own, on
 //! the queues given, until SIGTERM or SIGINT; beside it, a reconciliation pass of those
 //! kinds every `--reconcile-every`. Also the one registration of the built-in kinds,
-//! which `idem reconcile` shares.
+//! which `idem reconcile` shares. With `--metrics-listen ADDR` it serves its metrics
+//! (`metrics_listen.rs`).
 //!
 //! What must stay true: the database is opened, never created or migrated; the worker's
 //! settings come from the config file (`config.rs`) and pass the same checks as every
@@ -12,6 +13,7 @@
 //! intent and retrying its job would leave that job dead.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -27,6 +29,7 @@ use crate::config::CliConfig;
 use crate::database;
 use crate::exit::{Exit, OrExit};
 use crate::interrupt::Interrupt;
+use crate::metrics_listen::MetricsListener;
 use crate::reconcile;
 
 /// Jobs each queue runs at once when `--concurrency` is not given (the library's default).
@@ -51,6 +54,16 @@ pub struct WorkerArgs {
     pub(crate) reconcile_every: Duration,
 }
 
+/// Arguments of `idem worker` alone (`idem serve` shares [`WorkerArgs`]).
+#[derive(Args)]
+pub struct WorkerCommand {
+    #[command(flatten)]
+    pub(crate) worker: WorkerArgs,
+    /// Serve GET /metrics (Prometheus text, no authentication) on this address
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<SocketAddr>,
+}
+
 /// Registers the job kinds idem provides on `worker`: `http`, with the default
 /// [`HttpConfig`] (the config file has no section for it).
 pub fn register_builtins(worker: &mut Worker) -> anyhow::Result<()> {
@@ -71,7 +84,8 @@ pub(crate) fn connect_options(worker: &WorkerConfig) -> idem::ConnectOptions {
 }
 
 /// `idem worker`: runs until SIGTERM or SIGINT, then prints what it did.
-pub async fn run(url: &str, a: WorkerArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(url: &str, c: WorkerCommand) -> anyhow::Result<ExitCode> {
+    let a = c.worker;
     let queues = queues(&a)?;
     let config = settings(&a, queues)?;
     let idem = database::open_with(url, connect_options(&config.worker))
@@ -81,7 +95,14 @@ pub async fn run(url: &str, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     let mut worker = idem.worker(config.worker.clone())?;
     register_builtins(&mut worker)?;
     let started = started(&worker, &config, url, a.reconcile_every);
+    let metrics = match c.metrics_listen {
+        Some(addr) => Some(MetricsListener::start(&idem, addr).await?),
+        None => None,
+    };
     let report = serve(worker, a.reconcile_every, &started).await?;
+    if let Some(metrics) = metrics {
+        metrics.stop().await;
+    }
     println!("{report}");
     Ok(ExitCode::SUCCESS)
 }

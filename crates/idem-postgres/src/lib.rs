@@ -182,6 +182,10 @@ impl Store for PgStore {
         ops::intent::get(&self.pool, key).await
     }
 
+    async fn intent_counts(&self) -> StoreResult<Vec<idem_store::IntentCount>> {
+        ops::intent::counts(&self.pool).await
+    }
+
     async fn batch_get(&self, batch_id: i64) -> StoreResult<Option<idem_store::BatchRow>> {
         ops::batch::get(&self.pool, batch_id).await
     }

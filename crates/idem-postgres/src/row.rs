@@ -34,6 +34,14 @@ pub(crate) fn effect(row: &PgRow) -> StoreResult<EffectRecord> {
     })
 }
 
+/// Intents of one state (`state`, `count`).
+pub(crate) fn intent_count(row: &PgRow) -> StoreResult<idem_store::IntentCount> {
+    Ok(idem_store::IntentCount {
+        state: get::<String>(row, "state")?.parse()?,
+        count: get(row, "count")?,
+    })
+}
+
 /// An `idem_intent` row.
 pub(crate) fn intent(row: &PgRow) -> StoreResult<IntentRow> {
     Ok(IntentRow {

@@ -221,6 +221,10 @@ impl Store for SqliteStore {
         self.readers.run(move |c| ops::intent::get(c, &key)).await
     }
 
+    async fn intent_counts(&self) -> StoreResult<Vec<idem_store::IntentCount>> {
+        self.readers.run(ops::intent::counts).await
+    }
+
     async fn batch_get(&self, batch_id: i64) -> StoreResult<Option<idem_store::BatchRow>> {
         self.readers
             .run(move |c| ops::batch::get(c, batch_id))

@@ -40,7 +40,10 @@ impl Readers {
             .await
             .map_err(|_| closed())?;
         let this = Arc::clone(self);
+        // The caller's span (a job attempt's) follows the read to its blocking thread.
+        let span = tracing::debug_span!("idem_sqlite.read");
         let task = tokio::task::spawn_blocking(move || {
+            let _in = span.enter();
             let conn = this.take()?;
             let out = f(&conn);
             this.put(conn);

@@ -64,6 +64,14 @@ pub(crate) fn intent(row: &Row<'_>) -> StoreResult<IntentRow> {
     })
 }
 
+/// Intents of one state (`state`, `count`).
+pub(crate) fn intent_count(row: &Row<'_>) -> StoreResult<idem_store::IntentCount> {
+    Ok(idem_store::IntentCount {
+        state: get::<String>(row, "state")?.parse()?,
+        count: get(row, "count")?,
+    })
+}
+
 /// An `idem_http_key` row.
 pub(crate) fn http_key(row: &Row<'_>) -> StoreResult<HttpKeyRow> {
     let headers: Option<String> = get(row, "headers")?;

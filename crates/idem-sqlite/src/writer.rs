@@ -44,8 +44,10 @@ impl Writer {
         f: impl FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
     ) -> StoreResult<Reply<R>> {
         let (reply, rx) = oneshot::channel();
+        // The caller's span (a job attempt's) follows the closure to the writer thread.
+        let span = tracing::debug_span!("idem_sqlite.write");
         let task: Task = Box::new(move |c| {
-            let _ = reply.send(f(c));
+            let _ = reply.send(span.in_scope(|| f(c)));
         });
         self.tasks
             .as_ref()

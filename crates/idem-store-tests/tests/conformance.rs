@@ -154,6 +154,7 @@ idem_store_tests::store_cases!(
     intent_renew_extends_a_live_lease,
     intent_renew_refuses_a_lapsed_or_lost_holder,
     intent_finish_records_each_outcome,
+    intent_counts_by_state,
     intent_finish_released_starts_the_key_afresh,
     intent_fences_never_repeat_after_release_or_absent,
     intent_finish_refuses_a_stale_fence,

@@ -341,6 +341,15 @@ impl IntentResolve {
     }
 }
 
+/// Intents in one state (the metrics' gauge of intents by state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IntentCount {
+    /// The state.
+    pub state: IntentState,
+    /// How many intents.
+    pub count: i64,
+}
+
 /// List intents, in key order.
 #[derive(Debug, Clone, Default)]
 pub struct IntentList {

@@ -53,7 +53,7 @@ pub use http_key::{
     HttpKeyComplete, HttpKeyRelease, HttpKeyReserve, HttpKeyReserved, HttpKeyRow, HttpKeyState,
 };
 pub use intent::{
-    IntentBegin, IntentBegun, IntentFinish, IntentList, IntentOutcome, IntentRenew,
+    IntentBegin, IntentBegun, IntentCount, IntentFinish, IntentList, IntentOutcome, IntentRenew,
     IntentResolution, IntentResolve, IntentRow, IntentState, IntentToken,
 };
 pub use job::{

@@ -83,6 +83,9 @@ pub trait Store: Send + Sync + 'static {
     /// Intents matching the filters, in key order.
     async fn intent_list(&self, params: crate::IntentList) -> StoreResult<Vec<crate::IntentRow>>;
 
+    /// Intents per state (states without intents left out), for the metrics' gauge.
+    async fn intent_counts(&self) -> StoreResult<Vec<crate::IntentCount>>;
+
     /// One batch by id.
     async fn batch_get(&self, batch_id: i64) -> StoreResult<Option<BatchRow>>;
 

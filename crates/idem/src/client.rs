@@ -21,7 +21,7 @@ use crate::config::{Horizon, Retention, human};
 use crate::error::IdemError;
 use crate::job::Job;
 use crate::local::LocalQueues;
-use crate::metrics::{Metrics, MetricsSnapshot};
+use crate::telemetry::{Metrics, MetricsSnapshot};
 use crate::wake::Waker;
 use crate::worker::{Worker, WorkerConfig};
 
@@ -351,6 +351,7 @@ impl Idem {
             now: self.clock.now(),
         };
         let rows = self.store.job_rescue(params).await?;
+        crate::telemetry::metrics::rescued(&rows);
         self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
         Ok(rows)
     }

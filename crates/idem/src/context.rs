@@ -328,6 +328,9 @@ impl<'a> EffectTx<'a> {
             self.check_stable(&params).await?;
         }
         let claimed = self.tx.effect_claim(params).await?;
+        if !claimed.is_new() {
+            crate::telemetry::metrics::effect_key_hit(key.kind());
+        }
         #[cfg(feature = "chaos-break-effect-key")]
         if claimed.is_new() {
             self.commit_early_for_chaos().await?;
@@ -351,7 +354,7 @@ impl<'a> EffectTx<'a> {
     async fn check_stable(&mut self, params: &EffectClaim) -> Result<(), IdemError> {
         let others = self.tx.effect_others(params.clone()).await?;
         if !others.is_empty() {
-            self.cx.idem.metrics.unstable_effect_key();
+            self.cx.idem.metrics.unstable_effect_key(&params.kind);
             tracing::warn!(
                 job_id = params.lease.job_id,
                 attempt = self.cx.job.attempt,
@@ -450,6 +453,9 @@ impl<'a> EffectTx<'a> {
             now: self.cx.idem.clock.now(),
         };
         let posted = self.tx.ledger_post(params).await?;
+        if !posted.is_new() {
+            crate::telemetry::metrics::effect_key_hit(entry.kind());
+        }
         #[cfg(feature = "chaos-break-effect-key")]
         if posted.is_new() {
             self.commit_early_for_chaos().await?;

@@ -57,8 +57,8 @@ pub mod intent;
 mod job;
 mod local;
 mod maintenance;
-mod metrics;
 pub mod retry;
+pub mod telemetry;
 mod transition;
 mod wake;
 mod worker;
@@ -89,7 +89,7 @@ pub use idem_store::{
 pub use intent::{Intent, IntentGuard, IntentPolicy};
 pub use job::{DEFAULT_QUEUE, Job};
 pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter, RetryRefused};
-pub use metrics::MetricsSnapshot;
+pub use telemetry::MetricsSnapshot;
 pub use transition::{Guard, Transition};
 pub use worker::{
     MAX_CLAIM, MIN_LEASE_MS, ProtocolClaim, WORKER_CONNECTIONS, Worker, WorkerConfig, WorkerHandle,

@@ -35,6 +35,7 @@ use crate::auth::{Auth, authenticate};
 use crate::idempotency::{IdempotencyConfig, IdempotencyLayer};
 use crate::problem::Problem;
 
+pub(crate) use error::operator_only;
 pub use limits::Limits;
 pub use openapi::ApiDoc;
 pub use view::{

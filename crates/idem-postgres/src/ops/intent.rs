@@ -129,6 +129,17 @@ where
     r.as_ref().map(row::intent).transpose()
 }
 
+pub(crate) async fn counts<'e, E>(ex: E) -> StoreResult<Vec<idem_store::IntentCount>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../../queries/intent/counts.sql"))
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(row::intent_count).collect()
+}
+
 pub(crate) async fn list<'e, E>(ex: E, p: IntentList) -> StoreResult<Vec<IntentRow>>
 where
     E: Executor<'e, Database = Postgres>,

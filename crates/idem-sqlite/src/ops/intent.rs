@@ -101,6 +101,11 @@ pub(crate) fn get(c: &Connection, key: &str) -> StoreResult<Option<IntentRow>> {
     Ok(rows(c, GET, [key], row::intent)?.pop())
 }
 
+pub(crate) fn counts(c: &Connection) -> StoreResult<Vec<idem_store::IntentCount>> {
+    let sql = include_str!("../../queries/intent/counts.sql");
+    rows(c, sql, [], row::intent_count)
+}
+
 pub(crate) fn list(c: &Connection, p: &IntentList) -> StoreResult<Vec<IntentRow>> {
     let sql = include_str!("../../queries/intent/list.sql");
     let args = params![

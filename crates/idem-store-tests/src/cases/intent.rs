@@ -9,7 +9,7 @@
 //! that cannot run again. The races are in [`super::intent_race`].
 
 use idem_store::{
-    IntentBegin, IntentBegun, IntentFinish, IntentList, IntentOutcome, IntentRenew,
+    IntentBegin, IntentBegun, IntentCount, IntentFinish, IntentList, IntentOutcome, IntentRenew,
     IntentResolution, IntentResolve, IntentRow, IntentState, IntentToken, JobLock, JobRow,
     LeaseToken, Purge, PurgeTarget, StoreError, StoreResult, Timestamp,
 };
@@ -534,6 +534,39 @@ pub async fn intent_finish_records_each_outcome(db: &TestDb) {
         assert_eq!(row.expect("finish"), expected.clone(), "{key}");
         assert_eq!(stored(db, key).await, Some(expected), "{key}");
     }
+}
+
+/// Intents are counted per state, states without intents left out (the metrics' gauge).
+pub async fn intent_counts_by_state(db: &TestDb) {
+    assert_eq!(db.store.intent_counts().await.expect("counts"), vec![]);
+    let job = claimed(db, "q-1").await;
+    let outcomes = [
+        ("c:1", applied("c:1")),
+        ("c:2", applied("c:2")),
+        (
+            "c:3",
+            IntentOutcome::Unknown {
+                error: "timed out".into(),
+            },
+        ),
+    ];
+    for (key, outcome) in outcomes {
+        let held = begun(begin(db, key, &job, 1_000).await);
+        finish(db, held.token(), outcome, 2_000)
+            .await
+            .expect("finish");
+    }
+    begun(begin(db, "c:4", &job, 1_000).await);
+    let mut counts = db.store.intent_counts().await.expect("counts");
+    counts.sort_by_key(|c| c.state.as_str());
+    let count = |state, count| IntentCount { state, count };
+    let mut expected = vec![
+        count(IntentState::Completed, 2),
+        count(IntentState::InProgress, 1),
+        count(IntentState::Unknown, 1),
+    ];
+    expected.sort_by_key(|c| c.state.as_str());
+    assert_eq!(counts, expected);
 }
 
 /// A released intent (the call certainly never left) keeps its row as `released`, and

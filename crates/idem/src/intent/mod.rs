@@ -203,7 +203,7 @@ impl JobContext {
             .filter(|k| *k != row.key && k.starts_with(&prefix))
             .collect();
         if !others.is_empty() {
-            self.idem.metrics.unstable_effect_key();
+            self.idem.metrics.unstable_effect_key(key.kind());
             tracing::warn!(
                 job_id = row.job_id,
                 attempt = self.job().attempt,

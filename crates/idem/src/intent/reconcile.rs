@@ -212,6 +212,7 @@ impl Reconciler {
             }
             next = more;
         }
+        crate::telemetry::metrics::reconciled(&report);
         Ok(report)
     }
 

@@ -99,6 +99,7 @@ impl Idem {
                 })
                 .await?;
             total += n;
+            crate::telemetry::metrics::purged(target, n);
             progress(n);
             if n < u64::from(batch) {
                 break;

@@ -110,6 +110,7 @@ async fn claim(shared: &Arc<Shared>, queue: &str, permits: Vec<OwnedSemaphorePer
         }
     };
     Stats::add(&shared.stats.claimed, jobs.len() as u64);
+    crate::telemetry::metrics::claimed(queue, jobs.len());
     let got = jobs.len();
     for (job, permit) in jobs.into_iter().zip(permits) {
         shared.job_started();

@@ -9,12 +9,13 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::FutureExt;
 use idem_store::{JobFail, JobRow, StoreError, StoreResult};
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
 
 use super::delay::next_run;
 use super::report::Stats;
@@ -23,11 +24,20 @@ use super::{Shared, WorkerConfig};
 use crate::Idem;
 use crate::context::{JobContext, LeaseSignal};
 use crate::error::{JobError, JobErrorKind};
+use crate::telemetry::{self, metrics, metrics::Outcome};
 
-/// One claimed job, from its handler to its final write.
+/// One claimed job, from its handler to its final write, inside its attempt's span.
 pub(super) async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaphorePermit) {
-    let outcome = execute(&shared, &job).await;
-    finish(&shared, &job, outcome).await;
+    metrics::started(&job);
+    let span = telemetry::span::attempt(&job);
+    let began = Instant::now();
+    let attempt = async {
+        let outcome = execute(&shared, &job).await;
+        finish(&shared, &job, outcome).await
+    };
+    let outcome = attempt.instrument(span.clone()).await;
+    telemetry::span::ended(&span, outcome);
+    metrics::finished(&job, outcome, Some(began.elapsed()));
     shared
         .held
         .lock()
@@ -105,8 +115,8 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "non-string panic payload".to_owned())
 }
 
-/// Records the attempt's outcome under the claim's fence.
-async fn finish(shared: &Shared, job: &JobRow, outcome: Result<Done, JobError>) {
+/// Records the attempt's outcome under the claim's fence; returns it.
+async fn finish(shared: &Shared, job: &JobRow, outcome: Result<Done, JobError>) -> Outcome {
     let result = match outcome {
         Ok(Done::InTx) => Ok(Finished::Completed),
         Ok(Done::Pending(result)) => match shared.completer.complete(job, result).await {
@@ -124,7 +134,16 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<Done, JobError>) 
         // (other processes find it at their next poll).
         shared.idem.waker.local().notify_waiters();
     }
-    let stats = &shared.stats;
+    count(&shared.stats, job, result)
+}
+
+/// Counts `result` in the worker's report (and logs what it must); returns its outcome.
+fn count(stats: &Stats, job: &JobRow, result: StoreResult<Finished>) -> Outcome {
+    let outcome = match &result {
+        Ok(finished) => finished.outcome(),
+        Err(StoreError::LeaseLost { .. }) => Outcome::LeaseLost,
+        Err(_) => Outcome::Unrecorded,
+    };
     match result {
         Ok(Finished::Completed) => Stats::add(&stats.completed, 1),
         Ok(Finished::Retried) => Stats::add(&stats.retried, 1),
@@ -142,6 +161,7 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<Done, JobError>) 
             tracing::error!(job_id = job.id, error = %e, "could not record the attempt; the lease will expire and the job will be rescued");
         }
     }
+    outcome
 }
 
 /// A job just written dead to await the settlement of its intent `key`: if a reconciler or
@@ -188,6 +208,19 @@ pub(crate) enum Finished {
     Snoozed,
     Dead,
     LeaseLost,
+}
+
+impl Finished {
+    /// Its outcome, for metrics and the attempt's span.
+    pub(crate) fn outcome(&self) -> Outcome {
+        match self {
+            Finished::Completed => Outcome::Completed,
+            Finished::Retried => Outcome::Retried,
+            Finished::Snoozed => Outcome::Snoozed,
+            Finished::Dead => Outcome::Dead,
+            Finished::LeaseLost => Outcome::LeaseLost,
+        }
+    }
 }
 
 /// Records a failed (or snoozed) attempt of `job`'s claim: retried after the error's delay

@@ -17,6 +17,7 @@ use super::{WorkerConfig, maintenance_tasks};
 use crate::Idem;
 use crate::client::millis;
 use crate::error::{IdemError, JobError};
+use crate::telemetry::metrics::{self, Outcome};
 
 /// The most jobs one claim may take.
 pub const MAX_CLAIM: u32 = 100;
@@ -107,6 +108,7 @@ impl WorkerProtocol {
             ));
         }
         let lease_ms = self.lease_ms(claim.lease_ms)?;
+        let queue = claim.queue.clone();
         let rows = self
             .idem
             .store
@@ -120,6 +122,8 @@ impl WorkerProtocol {
                 now: self.idem.clock.now(),
             })
             .await?;
+        metrics::claimed(&queue, rows.len());
+        rows.iter().for_each(metrics::started);
         Ok(rows)
     }
 
@@ -157,7 +161,7 @@ impl WorkerProtocol {
         if let Some(r) = &result {
             crate::context::check_result(r)?;
         }
-        Ok(self
+        let done = self
             .idem
             .store
             .job_complete(JobComplete {
@@ -165,14 +169,38 @@ impl WorkerProtocol {
                 result,
                 now: self.idem.clock.now(),
             })
-            .await?)
+            .await;
+        match &done {
+            Ok(row) => metrics::finished(row, Outcome::Completed, None),
+            Err(StoreError::LeaseLost { .. }) => self.count_lease_lost(lease.job_id).await,
+            Err(_) => {}
+        }
+        Ok(done?)
     }
 
     /// Records a failed (or snoozed) attempt of `job`'s current claim (the row as read,
     /// whose fence is the claim's) along the ladder; `LeaseLost` when the claim is not
     /// current. Returns the row as written.
     pub async fn fail(&self, job: &JobRow, error: JobError) -> Result<JobRow, IdemError> {
-        let (row, _) = record_failure(&self.idem, &self.config, job, error).await?;
-        Ok(row)
+        match record_failure(&self.idem, &self.config, job, error).await {
+            Ok((row, finished)) => {
+                metrics::finished(&row, finished.outcome(), None);
+                Ok(row)
+            }
+            Err(e) => {
+                if matches!(e, StoreError::LeaseLost { .. }) {
+                    metrics::finished(job, Outcome::LeaseLost, None);
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Counts a completion refused for a stale claim, under the job's queue and kind (read
+    /// only on this rare path; a job gone meanwhile is not counted).
+    async fn count_lease_lost(&self, job_id: i64) {
+        if let Ok(Some(row)) = self.idem.store.job_get(job_id).await {
+            metrics::finished(&row, Outcome::LeaseLost, None);
+        }
     }
 }

@@ -129,6 +129,7 @@ impl Shared {
     pub(crate) fn start_dispatched(self: Arc<Self>, job: JobRow, permit: OwnedSemaphorePermit) {
         Stats::add(&self.stats.claimed, 1);
         Stats::add(&self.stats.dispatched_locally, 1);
+        crate::telemetry::metrics::claimed(&job.queue, 1);
         tokio::spawn(run_job(self, job, permit));
     }
 }

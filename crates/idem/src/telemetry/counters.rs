@@ -1,6 +1,7 @@
 //! Counters of what idem noticed, for operators: a client and its clones share one set,
 //! which its workers' jobs add to, and `Idem::metrics` returns them as a
-//! [`MetricsSnapshot`], a plain serializable copy taken at one moment.
+//! [`MetricsSnapshot`], a plain serializable copy taken at one moment. Each count is
+//! also recorded through the `metrics` facade (`metrics.rs`), process-wide.
 //!
 //! - `unstable_effect_keys`: a retry of a job built a different effect key, of the same
 //!   kind, from the one an earlier attempt of the same job committed: the key is built from
@@ -21,12 +22,16 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn unstable_effect_key(&self) {
+    /// A retry built another key of effect `kind` than an earlier attempt.
+    pub(crate) fn unstable_effect_key(&self, kind: &str) {
         self.unstable_effect_keys.fetch_add(1, Ordering::Relaxed);
+        super::metrics::unstable_effect_key(kind);
     }
 
+    /// An intent was marked `duplicate`.
     pub(crate) fn duplicate_intent(&self) {
         self.duplicate_intents.fetch_add(1, Ordering::Relaxed);
+        super::metrics::duplicate_intent();
     }
 
     pub(crate) fn snapshot(&self) -> MetricsSnapshot {
