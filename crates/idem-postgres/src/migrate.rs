@@ -35,6 +35,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0011_http_key.sql"),
         include_str!("../migrations/0012_batch.sql"),
         include_str!("../migrations/0013_queue_pause.sql"),
+        include_str!("../migrations/0014_job_trace.sql"),
     ])
 }
 

@@ -141,6 +141,7 @@ pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
         principal: get(row, "principal")?,
         follows_job: get(row, "follows_job_id")?,
         follows_batch: get(row, "follows_batch_id")?,
+        trace_parent: get(row, "trace_parent")?,
         result: get(row, "result")?,
     })
 }

@@ -102,6 +102,7 @@ fn new_job(queue: &str) -> NewJob {
         batch_id: None,
         follows_job: None,
         follows_batch: None,
+        trace_parent: None,
     }
 }
 

@@ -162,6 +162,7 @@ pub(crate) fn job(row: &Row<'_>) -> StoreResult<JobRow> {
         principal: get(row, "principal")?,
         follows_job: get(row, "follows_job_id")?,
         follows_batch: get(row, "follows_batch_id")?,
+        trace_parent: get(row, "trace_parent")?,
         result: get::<Option<String>>(row, "result")?
             .map(|r| json(&r, "result"))
             .transpose()?,

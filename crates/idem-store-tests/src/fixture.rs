@@ -42,6 +42,7 @@ pub fn job(kind: &str) -> NewJob {
         batch_id: None,
         follows_job: None,
         follows_batch: None,
+        trace_parent: None,
         kind: kind.to_owned(),
         queue: QUEUE.to_owned(),
         args: serde_json::json!({}),

@@ -35,6 +35,7 @@ idem_store_tests::store_cases!(
     insert_many_keeps_the_given_order,
     insert_state_follows_run_at,
     insert_round_trips_args,
+    insert_keeps_the_trace_parent,
     insert_round_trips_extreme_values,
     insert_empty_batch_is_a_no_op,
     insert_refuses_invalid_jobs,

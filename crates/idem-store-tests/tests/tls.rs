@@ -76,6 +76,7 @@ async fn a_verified_tls_connection_runs_the_job_lifecycle() {
         batch_id: None,
         follows_job: None,
         follows_batch: None,
+        trace_parent: None,
     };
     let inserted = store
         .job_insert(JobInsert {

@@ -135,6 +135,8 @@ pub struct JobRow {
     pub follows_job: Option<i64>,
     /// The batch whose successor this job is.
     pub follows_batch: Option<i64>,
+    /// The producer's trace context (a W3C `traceparent`), when it had one.
+    pub trace_parent: Option<String>,
     /// What the job completed with, if its handler set a result.
     pub result: Option<serde_json::Value>,
 }
@@ -188,6 +190,9 @@ pub struct NewJob {
     /// The batch whose successor this job is (set by the batch operations).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follows_batch: Option<i64>,
+    /// The producer's trace context (a W3C `traceparent`), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
 }
 
 /// The claim a job is inserted with (see [`NewJob::claim`]).
@@ -248,6 +253,7 @@ impl JobInsert {
                     principal: j.principal,
                     follows_job: j.follows_job,
                     follows_batch: j.follows_batch,
+                    trace_parent: j.trace_parent,
                     result: None,
                 }
             })

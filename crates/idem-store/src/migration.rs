@@ -32,7 +32,7 @@ impl Migration {
 }
 
 /// How many migrations this build has.
-pub const COUNT: usize = 13;
+pub const COUNT: usize = 14;
 
 /// Every migration's version and name, the same on every store, in order.
 pub const NAMES: [(i64, &str); COUNT] = [
@@ -49,6 +49,7 @@ pub const NAMES: [(i64, &str); COUNT] = [
     (11, "http_key"),
     (12, "batch"),
     (13, "queue_pause"),
+    (14, "job_trace"),
 ];
 
 /// A store's migrations: `sql[i]` is the store's SQL for `NAMES[i]`. A store that lacks

@@ -21,6 +21,7 @@ pub struct Job {
     max_attempts: i32,
     enqueue_key: Option<String>,
     principal: Option<String>,
+    trace_parent: Option<String>,
 }
 
 impl Job {
@@ -35,6 +36,7 @@ impl Job {
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             enqueue_key: None,
             principal: None,
+            trace_parent: None,
         }
     }
 
@@ -78,6 +80,15 @@ impl Job {
         self
     }
 
+    /// Links the job's attempts to this trace context (a W3C `traceparent`) instead of
+    /// the enqueuing span's (which is kept when the `otel` feature is on and the span has
+    /// an OpenTelemetry context): for a producer whose context came from elsewhere, such
+    /// as the HTTP API's `traceparent` header.
+    pub fn trace_parent(mut self, traceparent: impl Into<String>) -> Self {
+        self.trace_parent = Some(traceparent.into());
+        self
+    }
+
     /// The kind.
     pub fn kind(&self) -> &str {
         &self.kind
@@ -107,6 +118,9 @@ impl Job {
         if let Some(key) = &self.enqueue_key {
             check_text("enqueue_key", key)?;
         }
+        if let Some(tp) = &self.trace_parent {
+            check_name("trace_parent", tp)?;
+        }
         Ok(())
     }
 
@@ -120,6 +134,9 @@ impl Job {
             batch_id: None,
             follows_job: None,
             follows_batch: None,
+            trace_parent: self
+                .trace_parent
+                .or_else(crate::telemetry::span::current_traceparent),
             kind: self.kind,
             queue: self.queue,
             args: self.args,

@@ -52,6 +52,7 @@ fn new_job(queue: &str, i: usize) -> NewJob {
         batch_id: None,
         follows_job: None,
         follows_batch: None,
+        trace_parent: None,
     }
 }
 

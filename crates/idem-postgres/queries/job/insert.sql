@@ -7,7 +7,8 @@
 -- key each job is enqueued with, kept on the job whether or not it gets the key); $11:
 -- principal text[] (who enqueues each job, NULL = the library); $12..$14: batch_id,
 -- follows_job_id and follows_batch_id int8[] (a batch's child, a chain's successor, a
--- batch's successor; NULL = none). A claimed job is running from
+-- batch's successor; NULL = none); $15: trace_parent text[] (the producer's W3C
+-- traceparent; NULL = none). A claimed job is running from
 -- now: attempt 1, fence 1, leased to claim_worker until now + lease_ms (unless its queue
 -- is paused: then it is inserted unclaimed, its claim_worker ignored), where now is
 -- this statement's clock (clock_timestamp(), not the transaction's start), so a lease
@@ -18,7 +19,8 @@
 -- identity ids follow the input order.
 INSERT INTO idem_job (kind, queue, args, priority, state, max_attempts, run_at, created_at,
                       attempt, fence, lease_owner, attempted_at, lease_expires_at,
-                      enqueue_key, principal, batch_id, follows_job_id, follows_batch_id)
+                      enqueue_key, principal, batch_id, follows_job_id, follows_batch_id,
+                      trace_parent)
 SELECT j.kind,
        j.queue,
        j.args,
@@ -40,13 +42,14 @@ SELECT j.kind,
        j.principal,
        j.batch_id,
        j.follows_job_id,
-       j.follows_batch_id
+       j.follows_batch_id,
+       j.trace_parent
 FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int2[], $5::timestamptz[],
             $6::int4[], $7::text[], $8::int8[], $10::text[], $11::text[], $12::int8[],
-            $13::int8[], $14::int8[])
+            $13::int8[], $14::int8[], $15::text[])
          WITH ORDINALITY AS j(kind, queue, args, priority, run_at, max_attempts,
                               claim_worker, lease_ms, enqueue_key, principal, batch_id,
-                              follows_job_id, follows_batch_id, ord)
+                              follows_job_id, follows_batch_id, trace_parent, ord)
      CROSS JOIN LATERAL (
          SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM idem_queue_pause AS p
                                       WHERE p.queue = j.queue)

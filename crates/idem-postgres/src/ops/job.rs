@@ -99,6 +99,11 @@ where
         .bind(jobs.iter().map(|j| j.batch_id).collect::<Vec<_>>())
         .bind(jobs.iter().map(|j| j.follows_job).collect::<Vec<_>>())
         .bind(jobs.iter().map(|j| j.follows_batch).collect::<Vec<_>>())
+        .bind(
+            jobs.iter()
+                .map(|j| j.trace_parent.clone())
+                .collect::<Vec<_>>(),
+        )
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;

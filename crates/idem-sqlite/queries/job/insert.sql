@@ -3,14 +3,15 @@
 -- ?1: JSON array of {kind, queue, args, priority, run_at (ms or null), max_attempts, and
 -- for a job inserted claimed claim_worker and lease_ms, the enqueue_key it is
 -- enqueued with (kept on the job whether or not it gets the key), the principal
--- enqueuing it, and batch_id, follows_job_id and follows_batch_id when set}; ?2: now in ms, or NULL for the
+-- enqueuing it, and batch_id, follows_job_id, follows_batch_id and trace_parent when set}; ?2: now in ms, or NULL for the
 -- database clock. A claimed job is running from now: attempt 1, fence 1, leased to
 -- claim_worker until now + lease_ms; one whose queue is paused is inserted unclaimed
 -- (its claim_worker is ignored).
 -- SQLite dialect: the batch arrives as one JSON text and is unpacked with json_each.
 INSERT INTO idem_job (kind, queue, args, priority, state, max_attempts, run_at, created_at,
                       attempt, fence, lease_owner, attempted_at, lease_expires_at,
-                      enqueue_key, principal, batch_id, follows_job_id, follows_batch_id)
+                      enqueue_key, principal, batch_id, follows_job_id, follows_batch_id,
+                      trace_parent)
 SELECT j.value ->> 'kind',
        j.value ->> 'queue',
        json(j.value -> 'args'),
@@ -30,7 +31,8 @@ SELECT j.value ->> 'kind',
        j.value ->> 'principal',
        j.value ->> 'batch_id',
        j.value ->> 'follows_job_id',
-       j.value ->> 'follows_batch_id'
+       j.value ->> 'follows_batch_id',
+       j.value ->> 'trace_parent'
 FROM (SELECT e.key, e.value,
              CASE WHEN NOT EXISTS (SELECT 1 FROM idem_queue_pause AS p
                                    WHERE p.queue = e.value ->> 'queue')

@@ -68,6 +68,8 @@ fn insert_json(p: &JobInsert) -> StoreResult<String> {
         follows_job_id: Option<i64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         follows_batch_id: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        trace_parent: Option<&'a str>,
     }
     let items: Vec<Item<'_>> = p
         .jobs
@@ -86,6 +88,7 @@ fn insert_json(p: &JobInsert) -> StoreResult<String> {
             batch_id: j.batch_id,
             follows_job_id: j.follows_job,
             follows_batch_id: j.follows_batch,
+            trace_parent: j.trace_parent.as_deref(),
         })
         .collect();
     json_list(&items)

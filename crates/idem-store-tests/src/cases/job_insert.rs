@@ -20,6 +20,7 @@ pub async fn insert_one_stores_the_defaults(db: &TestDb) {
     let expected = JobRow {
         follows_job: None,
         follows_batch: None,
+        trace_parent: None,
         result: None,
         id: row.id,
         kind: "receipt-mail".into(),
@@ -44,6 +45,20 @@ pub async fn insert_one_stores_the_defaults(db: &TestDb) {
     };
     assert_eq!(row, expected);
     assert_eq!(get(db, row.id).await, expected, "job_get after insert");
+}
+
+/// The producer's trace context is kept with the job, and read back with it.
+pub async fn insert_keeps_the_trace_parent(db: &TestDb) {
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = NewJob {
+        trace_parent: Some(tp.to_owned()),
+        ..job("traced")
+    };
+    let row = insert_one(db, traced, t0()).await;
+    assert_eq!(row.trace_parent.as_deref(), Some(tp));
+    assert_eq!(get(db, row.id).await.trace_parent.as_deref(), Some(tp));
+    let plain = insert_one(db, job("plain"), t0()).await;
+    assert_eq!(get(db, plain.id).await.trace_parent, None);
 }
 
 /// Many jobs in one call: the rows come back in the order given (not sorted by kind,

@@ -12,6 +12,8 @@
 
 mod counters;
 pub mod metrics;
+#[cfg(feature = "otel")]
+mod otel;
 mod refresh;
 pub mod span;
 

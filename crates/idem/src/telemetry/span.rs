@@ -6,7 +6,9 @@
 //! OpenTelemetry messaging attributes (`messaging.system = "idem"`,
 //! `messaging.destination.name` = the queue, `messaging.operation.type = "process"`,
 //! `messaging.message.id` = the job id), `otel.name`/`otel.kind` for exporters built on
-//! `tracing-opentelemetry`, and, once the attempt ends, its `outcome`.
+//! `tracing-opentelemetry`, and, once the attempt ends, its `outcome`. With the `otel`
+//! feature it is linked to the producer's span, whose `traceparent` the job kept
+//! (`otel.rs`).
 //!
 //! What must stay true: a span is created for every attempt this process runs, and it
 //! costs no more than a disabled callsite when no subscriber wants it.
@@ -22,7 +24,7 @@ pub const ATTEMPT_SPAN: &str = "idem.job";
 
 /// The span of `job`'s attempt, just claimed (not entered).
 pub(crate) fn attempt(job: &JobRow) -> Span {
-    tracing::info_span!(
+    let span = tracing::info_span!(
         "idem.job",
         otel.name = format!("process {}", job.queue),
         otel.kind = "consumer",
@@ -36,10 +38,24 @@ pub(crate) fn attempt(job: &JobRow) -> Span {
         messaging.operation.type = "process",
         messaging.message.id = job.id,
         outcome = Empty,
-    )
+    );
+    #[cfg(feature = "otel")]
+    if let Some(traceparent) = &job.trace_parent {
+        super::otel::link(&span, traceparent);
+    }
+    span
 }
 
 /// Records how the attempt of `span` ended.
 pub(crate) fn ended(span: &Span, outcome: Outcome) {
     span.record("outcome", outcome.as_str());
+}
+
+/// The current span's trace context as a W3C `traceparent`, kept with a job enqueued now;
+/// `None` without the `otel` feature or an OpenTelemetry context.
+pub(crate) fn current_traceparent() -> Option<String> {
+    #[cfg(feature = "otel")]
+    return super::otel::current_traceparent();
+    #[cfg(not(feature = "otel"))]
+    None
 }

@@ -165,6 +165,7 @@ mod tests {
             principal: None,
             follows_job: None,
             follows_batch: None,
+            trace_parent: None,
             result: None,
         }
     }

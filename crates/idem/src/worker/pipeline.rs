@@ -38,6 +38,8 @@ pub(super) async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaph
     let outcome = attempt.instrument(span.clone()).await;
     telemetry::span::ended(&span, outcome);
     metrics::finished(&job, outcome, Some(began.elapsed()));
+    // The span closes (and is exported) before the job counts as ended.
+    drop(span);
     shared
         .held
         .lock()
