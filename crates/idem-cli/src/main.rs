@@ -22,6 +22,7 @@ mod jobs;
 mod ledger;
 mod metrics_listen;
 mod migrate;
+mod otel;
 mod output;
 mod queues;
 mod reconcile;
@@ -148,7 +149,8 @@ enum Command {
 /// ([`Exit::of`]).
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli.command);
+    // Dropped last, after the runtime: flushes the OpenTelemetry export (`otel` feature).
+    let _otel = init_tracing(&cli.command);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -193,16 +195,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Logs to stderr, filtered by `IDEM_LOG`. By default warnings, without sqlx's notices
 /// about dropped connections (the store reports its errors itself); a chaos run or the
 /// demo also leaves out the warnings its own faults cause on purpose (late duplicates
-/// found by the audit), which its report counts.
-fn init_tracing(command: &Command) {
+/// found by the audit), which its report counts. Beside it, with the `otel` feature,
+/// spans go to an OpenTelemetry collector (`otel.rs`), filtered on their own.
+fn init_tracing(command: &Command) -> otel::Guard {
+    use tracing_subscriber::prelude::*;
     let default = match command {
         Command::Demo(_) | Command::Chaos(_) => "warn,sqlx=error,idem::intent=error",
         _ => "warn,sqlx=error",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_filter(filter);
+    let (export, guard) = otel::layer();
+    tracing_subscriber::registry()
+        .with(logs)
+        .with(export)
         .init();
+    guard
 }

@@ -2,7 +2,7 @@
 
 use axum::Extension;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use idem::Job;
@@ -47,7 +47,8 @@ pub struct EnqueueRequest {
 
 /// Enqueue a job.
 #[utoipa::path(post, path = "/v1/jobs", tag = "jobs", request_body = EnqueueRequest,
-    params(("Idempotency-Key" = Option<String>, Header, description = "replays the first answer")),
+    params(("Idempotency-Key" = Option<String>, Header, description = "replays the first answer"),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context, kept with the job for its attempts' spans to link to")),
     responses(
         (status = 201, description = "enqueued", body = EnqueuedView),
         (status = 200, description = "the enqueue key was taken: the earlier job", body = EnqueuedView),
@@ -59,12 +60,31 @@ pub async fn enqueue(
     State(state): State<ApiState>,
     Extension(principal): Extension<Principal>,
     reservation: Option<Extension<Reservation>>,
+    headers: HeaderMap,
     ApiJson(request): ApiJson<EnqueueRequest>,
 ) -> Response {
     match job_of(&principal, request) {
-        Ok(job) => keyed::write(&state.idem, reservation, job, |e| answer(&principal, e)).await,
+        Ok(job) => {
+            let job = match traceparent(&headers) {
+                Some(tp) => job.trace_parent(tp),
+                None => job,
+            };
+            keyed::write(&state.idem, reservation, job, |e| answer(&principal, e)).await
+        }
         Err(p) => p.rejection(),
     }
+}
+
+/// The request's W3C `traceparent` header, kept with the job; one that is not a single
+/// line of 1–255 printable characters is ignored, as the W3C rules ask.
+fn traceparent(headers: &HeaderMap) -> Option<String> {
+    let mut values = headers.get_all("traceparent").iter();
+    let (value, None) = (values.next()?, values.next()) else {
+        return None;
+    };
+    let value = value.to_str().ok()?;
+    let fits = (1..=255).contains(&value.len()) && value.bytes().all(|b| b.is_ascii_graphic());
+    fits.then(|| value.to_owned())
 }
 
 /// `request` as a job of `principal`, checked as an enqueue checks it: its enqueue key

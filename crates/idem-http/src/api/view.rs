@@ -61,6 +61,9 @@ pub struct JobView {
     /// The batch whose successor it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub follows_batch: Option<i64>,
+    /// The producer's trace context (W3C `traceparent`), for a worker's span to link to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace_parent: Option<String>,
     /// What it completed with, when its handler (or worker) gave a result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<serde_json::Value>,
@@ -91,6 +94,7 @@ impl JobView {
             batch_id: job.batch_id,
             follows_job: job.follows_job,
             follows_batch: job.follows_batch,
+            trace_parent: job.trace_parent,
             result: job.result,
         }
     }
