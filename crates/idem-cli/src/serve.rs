@@ -1,5 +1,6 @@
-//! `idem serve`: the HTTP API (DESIGN.md section 5) on `--listen`, with the built-in job
-//! kinds' worker beside it unless `--no-workers`, until SIGTERM or SIGINT.
+//! `idem serve`: the HTTP API (DESIGN.md section 5) and the web dashboard at `/` on
+//! `--listen`, with the built-in job kinds' worker beside it unless `--no-workers`, until
+//! SIGTERM or SIGINT.
 //!
 //! What must stay true: without `--dev` the server refuses to start with no token; with
 //! `--dev` it binds loopback only and says loudly that it is unauthenticated; tokens are
@@ -16,6 +17,7 @@ use idem::WorkerProtocol;
 use idem_http::Principal;
 use idem_http::api::{Api, Limits};
 use idem_http::auth::{Auth, Tokens};
+use idem_http::dashboard::Dashboard;
 use idem_http::idempotency::IdempotencyConfig;
 use tokio::sync::watch;
 
@@ -94,6 +96,12 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut builtin = idem.worker(config.worker.clone())?;
     worker::register_builtins(&mut builtin)?;
     let reconciler = builtin.reconciler();
+    let dashboard = Dashboard {
+        idem: idem.clone(),
+        auth: auth.clone(),
+        kinds: builtin.kinds(),
+        limits: limits.clone(),
+    };
     let api = Api {
         idem: idem.clone(),
         protocol,
@@ -102,7 +110,10 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         limits,
         reconciler: Some(reconciler.clone()),
     };
-    let router = api.router().or_exit(Exit::Config)?;
+    let router = api
+        .router()
+        .or_exit(Exit::Config)?
+        .merge(dashboard.router());
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))
