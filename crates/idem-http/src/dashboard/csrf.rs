@@ -2,8 +2,8 @@
 //!
 //! An action is a `POST` whose form carries the session's CSRF token (compared in
 //! constant time). Where the browser says where the request came from, it must be this
-//! server: `Sec-Fetch-Site` must be `same-origin`, and `Origin` must name the `Host` the
-//! request was sent to. A request that fails either is refused with 403 before the
+//! server: `Sec-Fetch-Site` must be `same-origin`, or, without it, `Origin` must name the
+//! `Host` the request was sent to. A request that fails either is refused with 403 before the
 //! handler runs, so it changes nothing. The session cookie is `SameSite=Strict` as well.
 
 use axum::extract::{Form, FromRequest, Request};
@@ -57,14 +57,18 @@ pub fn token_matches(expected: &str, given: &str) -> bool {
 }
 
 /// Refuses a request the browser says came from another site, saying why.
+/// `Sec-Fetch-Site` decides when present (every current browser sends it). Without it,
+/// an `Origin` must name this host; `Origin: null` (what a browser sends under this
+/// dashboard's `Referrer-Policy: no-referrer`) says nothing, and the token decides.
 pub fn same_origin(headers: &HeaderMap) -> Result<(), &'static str> {
     let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site"))
-        && site != "same-origin"
-    {
-        return Err("the request came from another site (Sec-Fetch-Site)");
+    if let Some(site) = text(header::HeaderName::from_static("sec-fetch-site")) {
+        return match site {
+            "same-origin" => Ok(()),
+            _ => Err("the request came from another site (Sec-Fetch-Site)"),
+        };
     }
-    if let Some(origin) = text(header::ORIGIN) {
+    if let Some(origin) = text(header::ORIGIN).filter(|o| *o != "null") {
         let host = text(header::HOST).unwrap_or("");
         let origin_host = origin.split_once("://").map(|(_, h)| h).unwrap_or("");
         if origin_host != host {
