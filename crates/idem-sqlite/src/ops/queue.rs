@@ -1,7 +1,10 @@
-//! Per-queue counts of jobs by state, of waiting jobs by kind, and of jobs finished in a
-//! time range (`queries/queue/`).
+//! Per-queue counts of jobs by state, of waiting jobs by kind and of jobs finished in a
+//! time range, and pausing queues (`queries/queue/`).
 
-use idem_store::{QueueCount, QueueFinished, QueueFinishedList, QueueWaiting, StoreResult};
+use idem_store::{
+    PausedQueue, QueueCount, QueueFinished, QueueFinishedList, QueuePause, QueueWaiting,
+    StoreResult,
+};
 use rusqlite::{Connection, params};
 
 use super::rows;
@@ -26,4 +29,20 @@ pub(crate) fn finished(c: &Connection, p: &QueueFinishedList) -> StoreResult<Vec
         params![ts_to_ms(p.since), ts_to_ms(p.until)],
         row::queue_finished,
     )
+}
+
+pub(crate) fn paused(c: &Connection) -> StoreResult<Vec<PausedQueue>> {
+    let sql = include_str!("../../queries/queue/paused.sql");
+    rows(c, sql, [], row::paused_queue)
+}
+
+pub(crate) fn pause(c: &Connection, p: &QueuePause) -> StoreResult<bool> {
+    let sql = include_str!("../../queries/queue/pause.sql");
+    let args = params![p.queue, p.now.map(ts_to_ms), p.by];
+    Ok(!rows(c, sql, args, |_| Ok(()))?.is_empty())
+}
+
+pub(crate) fn resume(c: &Connection, queue: &str) -> StoreResult<bool> {
+    let sql = include_str!("../../queries/queue/resume.sql");
+    Ok(!rows(c, sql, params![queue], |_| Ok(()))?.is_empty())
 }
