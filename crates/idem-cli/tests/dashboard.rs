@@ -3,7 +3,7 @@
 //! PostgreSQL. It logs in, sees an enqueued job in the list and opens it (its args hold
 //! markup, which must show as text and fire no alert), retries a dead job with the
 //! button and its confirmation, and sees the job run to `completed` through the page's
-//! live refresh; then it keeps a screenshot under the target directory.
+//! live refresh; it pauses a queue; and it keeps screenshots under the target directory.
 //!
 //! The dead job is a job of the built-in `http` kind, run by the server's own worker
 //! against an `idem-mock-remote` that answers its first call 429 (not applied, retry):
@@ -151,8 +151,7 @@ impl Steps<'_> {
             .b
             .screenshot(&format!("dashboard-{}.png", self.store))
             .await;
-        self.b.go(&format!("{}/", self.base)).await;
-        self.b.wait_text("#live table", "outbox").await;
+        self.pause_a_queue("outbox").await;
         let queues = self
             .b
             .screenshot(&format!("dashboard-{}-queues.png", self.store))
@@ -182,6 +181,15 @@ impl Steps<'_> {
         assert!(!self.b.alert_open().await, "an alert fired");
         let images = self.b.find_all("main img").await;
         assert!(images.is_empty(), "markup became elements");
+    }
+
+    /// The queues page pauses a queue: its row shows the badge.
+    async fn pause_a_queue(&self, queue: &str) {
+        self.b.go(&format!("{}/", self.base)).await;
+        self.b.wait_text("#live table", queue).await;
+        let css = format!("input[name='queue'][value='{queue}'] ~ button.pause");
+        self.b.click(&self.b.find(&css).await).await;
+        self.b.wait_text("#live table", "paused").await;
     }
 
     /// Retry, confirm, and watch the live refresh show the job completed.

@@ -448,6 +448,36 @@ async fn the_job_page_shows_attempts_effect_keys_and_intents(db: &TestDb) {
     );
 }
 
+/// The queues page pauses and resumes a queue with the session's CSRF token, shows it
+/// paused, and refuses the same forms without the token, changing nothing.
+async fn pause_and_resume_a_queue(db: &TestDb) {
+    let s = serve(db).await;
+    let id = dead_job(&s, "mail", json!({}), "no").await;
+    let paused = || async { s.idem.paused_queues().await.unwrap().len() };
+    let mut b = Browser::new(&s);
+    b.login(OPS).await;
+    let home = b.get("/").await;
+    assert!(
+        home.body.contains("button class=\"pause\""),
+        "{}",
+        home.body
+    );
+    let forged = [("queue", "q"), ("pause", "true"), ("csrf", "nope")];
+    assert_eq!(b.post("/queues/pause", &forged, &[]).await.status, 403);
+    assert_eq!(paused().await, 0, "refused: not paused");
+    let csrf = home.csrf();
+    let pause = [("queue", "q"), ("pause", "true"), ("csrf", &csrf)];
+    assert_eq!(b.post("/queues/pause", &pause, &[]).await.status, 303);
+    let queues = s.idem.paused_queues().await.unwrap();
+    assert_eq!(queues[0].paused_by.as_deref(), Some("ops"));
+    let home = b.get("/").await.body;
+    assert!(home.contains("class=\"badge paused\""), "{home}");
+    assert!(b.get(&format!("/jobs/{id}")).await.status == 200);
+    let resume = [("queue", "q"), ("pause", "false"), ("csrf", &csrf)];
+    assert_eq!(b.post("/queues/pause", &resume, &[]).await.status, 303);
+    assert_eq!(paused().await, 0, "resumed");
+}
+
 /// `--dev`: a page read opens a session for the operator `dev` with no login, and its
 /// actions still need the session's CSRF token.
 async fn dev_mode_needs_no_login_but_still_csrf(db: &TestDb) {
@@ -477,5 +507,6 @@ idem_store_tests::store_cases!(
     bulk_acts_only_on_the_previewed_ids,
     user_data_is_escaped_and_pages_are_locked_down,
     the_job_page_shows_attempts_effect_keys_and_intents,
+    pause_and_resume_a_queue,
     dev_mode_needs_no_login_but_still_csrf,
 );

@@ -93,6 +93,7 @@ impl Dashboard {
         };
         let pages = Router::new()
             .route("/", get(queues::page))
+            .route("/queues/pause", post(queues::pause))
             .route("/jobs", get(jobs::page))
             .route("/jobs/{id}", get(job::page))
             .route("/jobs/{id}/confirm", get(job::confirm))

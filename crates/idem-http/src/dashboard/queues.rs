@@ -1,28 +1,72 @@
 //! The queues page (`/`): per queue, jobs by state, how long the oldest due job has
-//! waited, and sparklines of throughput and latency over the last ten minutes.
+//! waited, sparklines of throughput and latency over the last ten minutes, and whether
+//! it is paused, with the button that pauses or resumes it (claims stop while paused;
+//! enqueues go on).
 
 use std::collections::BTreeMap;
 
 use axum::extract::State;
-use axum::response::Response;
-use idem_store::JobState;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use idem_store::{JobState, PausedQueue};
 use maud::{Markup, html};
+use serde::Deserialize;
 
 use super::DashState;
-use super::layout::{self, Ctx, duration_ms};
+use super::csrf::{Action, CsrfForm};
+use super::layout::{self, Ctx, duration_ms, refusal};
 use super::stats::{self, Counts, counts_ttl, points, sparkline};
 
 /// `GET /`.
 pub async fn page(State(state): State<DashState>, ctx: Ctx) -> Response {
-    let live = match state.stats.counts(&state.idem).await {
-        Ok(counts) => table(&counts, &state.stats.samples()),
+    let read = async {
+        let counts = state.stats.counts(&state.idem).await?;
+        // The paused queues are a few rows, read on every refresh so a pause shows at once.
+        let paused = state.idem.paused_queues().await?;
+        Ok::<_, idem::IdemError>((counts, paused))
+    };
+    let live = match read.await {
+        Ok((counts, paused)) => table(&ctx, &counts, &paused, &state.stats.samples()),
         Err(e) => html! { p.notice.error { "The counts could not be read: " (e) } },
     };
     layout::page(&ctx, "/", "Queues", html! {}, Some(live))
 }
 
-/// Per queue: counts by state.
-fn by_queue(counts: &Counts) -> BTreeMap<&str, [i64; 7]> {
+/// The pause and resume form.
+#[derive(Deserialize)]
+pub struct PauseForm {
+    csrf: String,
+    queue: String,
+    pause: bool,
+}
+
+impl CsrfForm for PauseForm {
+    fn csrf(&self) -> &str {
+        &self.csrf
+    }
+}
+
+/// `POST /queues/pause`: pauses (`pause=true`) or resumes a queue, then shows the queues.
+pub async fn pause(State(state): State<DashState>, action: Action<PauseForm>) -> Response {
+    let f = action.form;
+    let done = match f.pause {
+        true => {
+            let by = action.session.principal.name();
+            state.idem.pause_queue(&f.queue, Some(by)).await
+        }
+        false => state.idem.resume_queue(&f.queue).await,
+    };
+    match done {
+        Ok(_) => Redirect::to("/").into_response(),
+        Err(e) => refusal(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("Not changed: {e}"),
+        ),
+    }
+}
+
+/// Per queue: counts by state (paused queues without jobs included).
+fn by_queue<'a>(counts: &'a Counts, paused: &'a [PausedQueue]) -> BTreeMap<&'a str, [i64; 7]> {
     let mut queues: BTreeMap<&str, [i64; 7]> = BTreeMap::new();
     for c in &counts.counts {
         let i = JobState::ALL
@@ -34,11 +78,14 @@ fn by_queue(counts: &Counts) -> BTreeMap<&str, [i64; 7]> {
     for w in &counts.waiting {
         queues.entry(w.queue.as_str()).or_default();
     }
+    for p in paused {
+        queues.entry(p.queue.as_str()).or_default();
+    }
     queues
 }
 
-fn table(counts: &Counts, samples: &[stats::Sample]) -> Markup {
-    let queues = by_queue(counts);
+fn table(ctx: &Ctx, counts: &Counts, paused: &[PausedQueue], samples: &[stats::Sample]) -> Markup {
+    let queues = by_queue(counts, paused);
     html! {
         @if queues.is_empty() {
             p.empty { "No jobs yet." }
@@ -50,10 +97,12 @@ fn table(counts: &Counts, samples: &[stats::Sample]) -> Markup {
                     th { "oldest due waits" }
                     th { "finished/s" }
                     th { "mean run time" }
+                    th { "claims" }
                 }}
                 tbody {
                     @for (queue, row) in &queues {
-                        (queue_row(queue, row, counts, samples))
+                        @let held = paused.iter().find(|p| p.queue == *queue);
+                        (queue_row(queue, row, counts, samples, pause_cell(ctx, queue, held)))
                     }
                 }
             }
@@ -67,7 +116,32 @@ fn table(counts: &Counts, samples: &[stats::Sample]) -> Markup {
     }
 }
 
-fn queue_row(queue: &str, row: &[i64; 7], counts: &Counts, samples: &[stats::Sample]) -> Markup {
+/// The queue's pause state and the button that changes it.
+fn pause_cell(ctx: &Ctx, queue: &str, paused: Option<&PausedQueue>) -> Markup {
+    html! {
+        form.inline method="post" action="/queues/pause" {
+            input type="hidden" name="csrf" value=(ctx.session.csrf);
+            input type="hidden" name="queue" value=(queue);
+            @if let Some(p) = paused {
+                span.badge.paused title={ "since " (layout::time(p.paused_at)) " by " (p.paused_by.as_deref().unwrap_or("?")) } { "paused" }
+                " "
+                input type="hidden" name="pause" value="false";
+                button.resume type="submit" { "Resume" }
+            } @else {
+                input type="hidden" name="pause" value="true";
+                button.pause type="submit" { "Pause" }
+            }
+        }
+    }
+}
+
+fn queue_row(
+    queue: &str,
+    row: &[i64; 7],
+    counts: &Counts,
+    samples: &[stats::Sample],
+    pause: Markup,
+) -> Markup {
     let oldest = counts
         .waiting
         .iter()
@@ -95,6 +169,7 @@ fn queue_row(queue: &str, row: &[i64; 7], counts: &Counts, samples: &[stats::Sam
                 (sparkline(&runs, "mean run time (ms)"))
                 span.last { @match last_run { Some(ms) => (duration_ms(ms as i64)), None => "–" } }
             }
+            td.pause { (pause) }
         }
     }
 }
