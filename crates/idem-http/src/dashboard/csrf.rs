@@ -21,6 +21,18 @@ pub trait CsrfForm {
     fn csrf(&self) -> &str;
 }
 
+/// Implements [`CsrfForm`] for forms whose token is their `csrf` field.
+macro_rules! csrf_field {
+    ($($form:ty),+ $(,)?) => {
+        $(impl $crate::dashboard::csrf::CsrfForm for $form {
+            fn csrf(&self) -> &str {
+                &self.csrf
+            }
+        })+
+    };
+}
+pub(crate) use csrf_field;
+
 /// An action's form, from a request whose session and origin were checked.
 pub struct Action<T> {
     /// Who acts.

@@ -15,7 +15,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::DashState;
-use super::csrf::{Action, CsrfForm};
+use super::csrf::{Action, csrf_field};
 use super::jobs::{Filter, filters, table};
 use super::layout::{self, Ctx, refusal};
 use super::queues::urlencode;
@@ -132,12 +132,6 @@ pub struct BulkForm {
     ids: String,
 }
 
-impl CsrfForm for BulkForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
 /// `POST /dead/bulk`: the action on the previewed ids, and what it did.
 pub async fn bulk(State(state): State<DashState>, ctx: Ctx, action: Action<BulkForm>) -> Response {
     let form = action.form;
@@ -173,3 +167,5 @@ pub async fn bulk(State(state): State<DashState>, ctx: Ctx, action: Action<BulkF
     };
     layout::page(&ctx, "/dead", "Dead letters", body, None)
 }
+
+csrf_field!(BulkForm);

@@ -14,7 +14,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::DashState;
-use super::csrf::{Action, CsrfForm};
+use super::csrf::{Action, csrf_field};
 use super::layout::{self, Ctx, badge, countdown, refusal, time};
 use super::queues::urlencode;
 
@@ -136,12 +136,6 @@ pub struct Resolve {
     resolution: String,
 }
 
-impl CsrfForm for Resolve {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
 /// `POST /intents/resolve`: settles an unknown or manual intent by hand.
 pub async fn resolve(State(state): State<DashState>, action: Action<Resolve>) -> Response {
     let f = action.form;
@@ -165,3 +159,5 @@ pub async fn resolve(State(state): State<DashState>, action: Action<Resolve>) ->
         Err(e) => refusal(StatusCode::CONFLICT, &format!("Not resolved: {e}")),
     }
 }
+
+csrf_field!(Resolve);

@@ -11,7 +11,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::DashState;
-use super::csrf::{Action, CsrfForm};
+use super::csrf::{Action, csrf_field};
 use super::layout::{self, Ctx, badge, countdown, duration_ms, maybe_time, refusal, time};
 
 /// Effect keys and intents shown per job.
@@ -253,12 +253,6 @@ pub struct ActForm {
     action: JobAction,
 }
 
-impl CsrfForm for ActForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
 /// `POST /jobs/{id}/action`: does the confirmed action, then shows the job.
 pub async fn act(
     State(state): State<DashState>,
@@ -295,3 +289,5 @@ pub async fn act(
         Err(e) => refusal(StatusCode::CONFLICT, &format!("{verb} refused: {e}")),
     }
 }
+
+csrf_field!(ActForm);

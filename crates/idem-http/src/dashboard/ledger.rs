@@ -11,7 +11,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::DashState;
-use super::csrf::{Action, CsrfForm};
+use super::csrf::{Action, csrf_field};
 use super::layout::{self, Ctx, duration_ms, time};
 
 /// The last check's outcome.
@@ -66,12 +66,6 @@ pub struct CheckForm {
     csrf: String,
 }
 
-impl CsrfForm for CheckForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
-}
-
 /// `POST /ledger/check`: runs the check and shows it.
 pub async fn check(State(state): State<DashState>, action: Action<CheckForm>) -> Response {
     let started = std::time::Instant::now();
@@ -85,3 +79,5 @@ pub async fn check(State(state): State<DashState>, action: Action<CheckForm>) ->
     *state.ledger.0.lock().expect("ledger lock") = Some(check);
     Redirect::to("/ledger").into_response()
 }
+
+csrf_field!(CheckForm);

@@ -13,7 +13,7 @@ use maud::html;
 use serde::Deserialize;
 
 use super::DashState;
-use super::csrf::{Action, CsrfForm, refused, same_origin};
+use super::csrf::{Action, csrf_field, refused, same_origin};
 use super::layout::{refusal, shell};
 use super::session::{cookie_id, set_cookie};
 use crate::auth::Auth;
@@ -28,12 +28,6 @@ pub struct Login {
 #[derive(Deserialize)]
 pub struct Logout {
     csrf: String,
-}
-
-impl CsrfForm for Logout {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
 }
 
 /// `GET /login`.
@@ -106,3 +100,5 @@ pub async fn logout(
         .insert(header::SET_COOKIE, set_cookie(""));
     response
 }
+
+csrf_field!(Logout);

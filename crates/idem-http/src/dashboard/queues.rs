@@ -13,7 +13,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::DashState;
-use super::csrf::{Action, CsrfForm};
+use super::csrf::{Action, csrf_field};
 use super::layout::{self, Ctx, duration_ms, refusal};
 use super::stats::{self, Counts, counts_ttl, points, sparkline};
 
@@ -38,12 +38,6 @@ pub struct PauseForm {
     csrf: String,
     queue: String,
     pause: bool,
-}
-
-impl CsrfForm for PauseForm {
-    fn csrf(&self) -> &str {
-        &self.csrf
-    }
 }
 
 /// `POST /queues/pause`: pauses (`pause=true`) or resumes a queue, then shows the queues.
@@ -185,3 +179,5 @@ pub fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+csrf_field!(PauseForm);
