@@ -23,7 +23,7 @@ pub async fn page(State(state): State<DashState>, ctx: Ctx, Path(id): Path<Strin
         Ok(job) => job,
         Err(r) => return r,
     };
-    let title = format!("Job {}", job.id);
+    let title = format!("Job {} · {}", job.id, job.kind);
     let live = match details(&state, &ctx, job).await {
         Ok(m) => m,
         Err(e) => html! { p.notice.error { "The job could not be read: " (e) } },
@@ -69,7 +69,10 @@ async fn details(state: &DashState, ctx: &Ctx, job: JobRow) -> Result<Markup, id
         h2 { "Args" }
         pre.json { (pretty(&job.args)) }
         @if let Some(result) = &job.result { h2 { "Result" } pre.json { (pretty(result)) } }
-        @if let Some(e) = &job.last_error { h2 { "Last error" } pre.error { (e) } }
+        @if let Some(e) = &job.last_error {
+            h2 { @if job.state == JobState::Completed { "Error of an earlier attempt" } @else { "Last error" } }
+            pre.error { (e) }
+        }
         (attempt_table(&attempts))
         (effect_table(&effects))
         (intent_table(&intents, now))
