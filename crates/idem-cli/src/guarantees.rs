@@ -17,17 +17,18 @@ pub fn run(demo_kinds: &[(String, EffectClass)]) -> ExitCode {
     }
     println!();
     println!("{:<24} {:<14} guarantee", "job kind", "effect class");
-    let http = <Http as idem::Handler>::KIND;
-    let row = |kind: &str, class: EffectClass| {
+    for (kind, class) in builtin_kinds().iter().chain(demo_kinds) {
         println!("{kind:<24} {:<14} {}", class.as_str(), class.guarantee());
-    };
-    row(http, EffectClass::KeyedRemote);
-    row(
-        &format!("{http} (keyed: false)"),
-        EffectClass::UnkeyedRemote,
-    );
-    for (kind, class) in demo_kinds {
-        row(kind, *class);
     }
     ExitCode::SUCCESS
+}
+
+/// The built-in kinds with their effect classes, `http` once per class it can have (as
+/// `idem guarantees` and the dashboard's guarantees page list them).
+pub fn builtin_kinds() -> Vec<(String, EffectClass)> {
+    let http = <Http as idem::Handler>::KIND;
+    vec![
+        (http.to_string(), EffectClass::KeyedRemote),
+        (format!("{http} (keyed: false)"), EffectClass::UnkeyedRemote),
+    ]
 }

@@ -99,7 +99,7 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
     let dashboard = Dashboard {
         idem: idem.clone(),
         auth: auth.clone(),
-        kinds: builtin.kinds(),
+        kinds: crate::guarantees::builtin_kinds(),
         limits: limits.clone(),
     };
     let api = Api {

@@ -57,6 +57,13 @@ impl Bulk {
             Bulk::Discard => "discard",
         }
     }
+
+    fn label(self) -> &'static str {
+        match self {
+            Bulk::Retry => "Retry",
+            Bulk::Discard => "Discard",
+        }
+    }
 }
 
 /// The preview's query.
@@ -106,7 +113,7 @@ fn confirmation(ctx: &Ctx, action: Bulk, p: &Preview, ids: &[i64], more: bool) -
             p { a href="/dead" { "Back" } }
         } @else {
             p.confirm {
-                (action.as_str()) " " strong #preview-count { (ids.len()) } " dead jobs"
+                (action.label()) " " strong #preview-count { (ids.len()) } " dead jobs"
                 @if !p.queue.is_empty() { " of queue " code { (p.queue) } }
                 @if !p.kind.is_empty() { " of kind " code { (p.kind) } }
                 "? Only these jobs are acted on; jobs that die after this preview are not."
@@ -117,7 +124,7 @@ fn confirmation(ctx: &Ctx, action: Bulk, p: &Preview, ids: &[i64], more: bool) -
                 input type="hidden" name="csrf" value=(ctx.session.csrf);
                 input type="hidden" name="action" value=(action.as_str());
                 input type="hidden" name="ids" value=(joined.join(","));
-                button #confirm type="submit" { "Confirm: " (action.as_str()) " " (ids.len()) " jobs" }
+                button #confirm type="submit" { "Confirm: " (action.as_str()) " these " (ids.len()) " jobs" }
                 " " a href="/dead" { "Back" }
             }
         }

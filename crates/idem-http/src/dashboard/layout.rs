@@ -104,6 +104,7 @@ pub fn shell(session: Option<&Session>, nav: &str, title: &str, body: Markup) ->
                     }
                 }
                 main { h1 { (title) } (body) }
+                footer { "idem · times in UTC" }
             }
         }
     }
