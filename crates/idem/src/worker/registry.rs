@@ -13,7 +13,7 @@ use rand::Rng;
 use super::WorkerConfig;
 use crate::client::Idem;
 use crate::error::IdemError;
-use crate::handler::{EffectClass, ErasedHandler, Handler, Registered};
+use crate::handler::{EffectClass, ErasedHandler, Handler, KindLimits, Registered};
 use crate::job::check_name;
 
 /// A worker being configured; [`Worker::start`] runs it.
@@ -49,10 +49,44 @@ impl Worker {
         if H::EFFECT != EffectClass::Transactional {
             policy.check(H::KIND)?;
         }
-        let registered = Registered { handler, policy };
+        let limits = KindLimits {
+            timeout: handler.timeout(),
+            max_attempts: handler.max_attempts(),
+        };
+        self.check_limits(H::KIND, limits)?;
+        let registered = Registered {
+            handler,
+            policy,
+            limits,
+        };
         self.handlers
             .insert(H::KIND.to_owned(), Arc::new(registered));
         Ok(self)
+    }
+
+    /// A kind's limits may only tighten the worker's: the retry horizon, which the
+    /// retention windows are checked against, counts the worker's timeout and attempts.
+    fn check_limits(&self, kind: &str, limits: KindLimits) -> Result<(), IdemError> {
+        let job_timeout = self.config.job_timeout;
+        if let Some(t) = limits.timeout
+            && (t.is_zero() || t > job_timeout)
+        {
+            return Err(IdemError::Config(format!(
+                "the handler of kind {kind:?} declares a timeout of {t:?}; it must be above \
+                 zero and at most the worker's job_timeout ({job_timeout:?}); raise \
+                 job_timeout for a longer one"
+            )));
+        }
+        let max = self.config.max_attempts;
+        if let Some(n) = limits.max_attempts
+            && !(1..=max).contains(&n)
+        {
+            return Err(IdemError::Config(format!(
+                "the handler of kind {kind:?} declares max_attempts {n}; it must be 1 to the \
+                 worker's max_attempts ({max}); raise max_attempts for more"
+            )));
+        }
+        Ok(())
     }
 
     /// A reconciler for this worker's kinds: it looks unknown outcomes up through their
