@@ -15,6 +15,7 @@ use crate::database;
 use crate::exit::{Exit, fail};
 use crate::output::{Format, print_json};
 use crate::show::time;
+use crate::verbosity::say;
 
 /// Arguments of `idem migrate`.
 #[derive(Args)]
@@ -63,23 +64,26 @@ async fn migrate(url: &str) -> anyhow::Result<ExitCode> {
         status.require_current()?;
     }
     if status.pending.is_empty() {
-        println!(
+        say(format!(
             "nothing to apply; the schema is current ({})",
             version(&status)
-        );
+        ));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("applying {} migration(s):", status.pending.len());
+    say(format!("applying {} migration(s):", status.pending.len()));
     for m in &status.pending {
-        println!("  {m}");
+        say(format!("  {m}"));
     }
-    let applied = store.migrate().await?;
+    let spinner = crate::progress::spinner("applying migrations");
+    let applied = store.migrate().await;
+    spinner.finish_and_clear();
+    let applied = applied?;
     let after = store.schema_status().await?;
     store.close().await;
-    println!(
+    say(format!(
         "applied {applied}; the schema is current ({})",
         version(&after)
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 

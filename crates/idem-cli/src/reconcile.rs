@@ -62,7 +62,7 @@ pub async fn run(url: &str, a: ReconcileArgs) -> anyhow::Result<ExitCode> {
         true => {
             print_json(&report)?;
             if report.skipped > 0 {
-                eprintln!("note: {}", skipped_note(&report));
+                crate::verbosity::note(skipped_note(&report));
             }
         }
         false => print!("{}", render(&worker, &opts, &report)),
