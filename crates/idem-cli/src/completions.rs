@@ -39,5 +39,8 @@ fn without_hidden(cli: clap::Command) -> clap::Command {
         .cloned()
         .collect();
     let args: Vec<clap::Arg> = cli.get_arguments().cloned().collect();
-    clap::Command::new("idem").args(args).subcommands(shown)
+    clap::Command::new("idem")
+        .version(env!("CARGO_PKG_VERSION"))
+        .args(args)
+        .subcommands(shown)
 }
