@@ -100,12 +100,16 @@ impl Selection {
             };
         }
         match (self.all, self.ids.is_empty()) {
-            (true, true) => Ok(idem
-                .dead_ids(&DeadFilter {
+            (true, true) => {
+                let spinner = crate::progress::spinner("listing the matching dead jobs");
+                let filter = DeadFilter {
                     queue: self.filter.queue.clone(),
                     kind: self.filter.kind.clone(),
-                })
-                .await?),
+                };
+                let ids = idem.dead_ids(&filter).await;
+                spinner.finish_and_clear();
+                Ok(ids?)
+            }
             (false, false) if !filtered => Ok(self.ids.clone()),
             (false, false) => Err(usage(
                 "--queue and --kind filter --all; give ids or --all, not both",

@@ -57,7 +57,10 @@ pub async fn run(url: &str, a: ReconcileArgs) -> anyhow::Result<ExitCode> {
         limit: a.limit,
     };
     let worker = builtin_worker(&database::open(url).await?)?;
-    let report = worker.reconciler().run(opts).await?;
+    let spinner = crate::progress::spinner("looking unknown calls up on their remotes");
+    let report = worker.reconciler().run(opts).await;
+    spinner.finish_and_clear();
+    let report = report?;
     match a.format.json {
         true => {
             print_json(&report)?;
