@@ -12,23 +12,28 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// A bar counting `len` things, with `msg` before it.
 pub fn bar(len: u64, msg: impl Into<String>) -> ProgressBar {
-    styled(
-        ProgressBar::new(len),
-        "{msg} [{bar:30}] {pos}/{len} ({per_sec})",
-    )
-    .with_message(msg.into())
+    let template = "{msg} [{bar:30}] {pos}/{len} ({per_sec})";
+    shown(styled(ProgressBar::new(len), template), msg)
 }
 
 /// A spinner for an operation that cannot count its steps, with `msg` beside it.
 pub fn spinner(msg: impl Into<String>) -> ProgressBar {
-    let spinner = styled(ProgressBar::new_spinner(), "{spinner} {msg} [{elapsed}]");
+    let template = "{spinner} {msg} [{elapsed}]";
+    let spinner = shown(styled(ProgressBar::new_spinner(), template), msg);
     spinner.enable_steady_tick(Duration::from_millis(120));
-    spinner.with_message(msg.into())
+    spinner
 }
 
 /// A bar of `len` steps drawn with `template` (an indicatif template).
 pub fn with_template(len: u64, template: &str) -> ProgressBar {
     styled(ProgressBar::new(len), template)
+}
+
+/// `bar` with its message, drawn at once (an operation shorter than a tick is seen too).
+fn shown(bar: ProgressBar, msg: impl Into<String>) -> ProgressBar {
+    bar.set_message(msg.into());
+    bar.tick();
+    bar
 }
 
 /// `bar` with `template`, drawn on stderr only if [`visible`].

@@ -1,6 +1,6 @@
 //! `-q` leaves only errors and the data asked for; `-v` adds what idem does to stderr;
-//! the two conflict; a flag wins over `IDEM_LOG`. Progress is never drawn on a stderr
-//! that is not a terminal.
+//! the two conflict; a flag wins over `IDEM_LOG`. Nothing is drawn on a stderr that is
+//! not a terminal.
 
 mod common;
 
@@ -84,9 +84,10 @@ fn verbose_logs_what_idem_does_and_a_flag_wins_over_idem_log() {
     assert!(logs(Some("error"), &["-v"]), "-v lost to IDEM_LOG");
 }
 
-/// A purge that deletes something draws no bar on a stderr that is a pipe.
+/// A purge that deletes something says so on stdout and leaves stderr, a pipe, empty:
+/// no bar, no log (`tests/terminal.rs` sees the bars on a terminal).
 #[test]
-fn no_progress_is_drawn_off_a_terminal() {
+fn a_purge_off_a_terminal_says_what_it_deleted_and_nothing_on_stderr() {
     let (tmp, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let db = data.path().join("idem.db");
     let url = migrated_sqlite(tmp.path(), &db);
