@@ -64,7 +64,8 @@ pub struct Preview {
 
 impl Selection {
     /// The ids `action` takes, previewed and, for `--all`, confirmed. `None` after a
-    /// dry run (the preview is printed) or when `--all` matched nothing.
+    /// dry run (the preview is printed) or when `--all` matched nothing on a terminal
+    /// (with `--yes` an empty selection goes on and does nothing).
     pub async fn pick(&self, idem: &Idem, action: &str) -> anyhow::Result<Option<Vec<i64>>> {
         let preview = self.preview(idem, action).await?;
         if self.dry_run {
