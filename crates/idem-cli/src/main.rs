@@ -110,8 +110,12 @@ enum Command {
     /// enqueues one successor
     #[command(subcommand)]
     Batches(batches::BatchesCommand),
-    /// Job counts per queue and state
-    Queues(output::Format),
+    /// Job counts per queue and state, the waiting jobs per kind, and the paused queues;
+    /// pause and resume a queue
+    ///
+    /// A paused queue is claimed from by no worker, in any process, until it is resumed;
+    /// enqueues into it go on and jobs already running finish.
+    Queues(queues::QueuesArgs),
     /// List, inspect, retry and discard dead jobs
     ///
     /// retry and discard act on the listed ids they can and name the others: an id that
@@ -187,7 +191,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reconcile(args) => reconcile::run(&db(), args).await,
         Command::Jobs(cmd) => jobs::run(&db(), cmd).await,
         Command::Batches(cmd) => batches::run(&db(), cmd).await,
-        Command::Queues(format) => queues::run(&db(), format).await,
+        Command::Queues(args) => queues::run(&db(), args).await,
         Command::Dead(cmd) => dead::dead(&db(), cmd).await,
         Command::Purge(args) => purge::run(&db(), args).await,
         Command::Ledger(cmd) => ledger::run(&db(), cmd).await,

@@ -1,30 +1,106 @@
 //! `idem queues`: job counts per queue and state, then the waiting jobs per queue and
-//! kind with how long the oldest has been due. A kind no running worker has a handler
-//! for is never claimed: it shows here, waiting, with an age that keeps growing.
+//! kind with how long the oldest has been due, then the paused queues. A kind no running
+//! worker has a handler for is never claimed: it shows here, waiting, with an age that
+//! keeps growing. `idem queues pause|resume QUEUE` steers a queue.
 
 use std::process::ExitCode;
 
-use idem::{Idem, QueueCount, QueueWaiting, Timestamp};
+use clap::{Args, Subcommand};
+use idem::{Idem, PausedQueue, QueueCount, QueueWaiting, Timestamp};
 
 use crate::database;
 use crate::output::{Format, print_json};
 use crate::table::{Table, left, right};
 
+/// Arguments of `idem queues`.
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct QueuesArgs {
+    #[command(subcommand)]
+    action: Option<QueuesCommand>,
+    #[command(flatten)]
+    format: Format,
+}
+
+#[derive(Subcommand)]
+enum QueuesCommand {
+    /// Stop claims from QUEUE in every worker until it is resumed; enqueues go on and
+    /// running jobs finish (already paused: says so, exit 0)
+    Pause {
+        /// The queue
+        queue: String,
+        #[command(flatten)]
+        format: Format,
+    },
+    /// Let workers claim from QUEUE again, and wake those that serve it (not paused:
+    /// says so, exit 0)
+    Resume {
+        /// The queue
+        queue: String,
+        #[command(flatten)]
+        format: Format,
+    },
+}
+
 /// `idem queues`.
-pub async fn run(url: &str, format: Format) -> anyhow::Result<ExitCode> {
+pub async fn run(url: &str, args: QueuesArgs) -> anyhow::Result<ExitCode> {
     let idem = database::open(url).await?;
+    match args.action {
+        None => list(&idem, args.format).await,
+        Some(QueuesCommand::Pause { queue, format }) => {
+            let changed = idem.pause_queue(&queue, Some("cli")).await?;
+            steered(&queue, "paused", changed, format)
+        }
+        Some(QueuesCommand::Resume { queue, format }) => {
+            let changed = idem.resume_queue(&queue).await?;
+            steered(&queue, "resumed", changed, format)
+        }
+    }
+}
+
+async fn list(idem: &Idem, format: Format) -> anyhow::Result<ExitCode> {
     let counts = idem.queue_counts().await?;
     let waiting = idem.queue_waiting().await?;
+    let paused = idem.paused_queues().await?;
     if format.json {
-        print_json(&serde_json::json!({ "counts": counts, "waiting": waiting }))?;
+        let all = serde_json::json!({ "counts": counts, "waiting": waiting, "paused": paused });
+        print_json(&all)?;
         return Ok(ExitCode::SUCCESS);
     }
     print_counts(&counts);
     if !waiting.is_empty() {
         println!();
-        print_waiting(&idem, &waiting).await?;
+        print_waiting(idem, &waiting).await?;
+    }
+    if !paused.is_empty() {
+        println!();
+        print_paused(&paused);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reports a pause or resume: `changed` false when the queue already stood so.
+fn steered(queue: &str, done: &str, changed: bool, format: Format) -> anyhow::Result<ExitCode> {
+    if format.json {
+        print_json(&serde_json::json!({ "queue": queue, "state": done, "changed": changed }))?;
+    } else if changed {
+        println!("queue {queue:?} {done}");
+    } else if done == "paused" {
+        println!("queue {queue:?} was paused already; nothing changed");
+    } else {
+        println!("queue {queue:?} was not paused; nothing changed");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_paused(paused: &[PausedQueue]) {
+    let mut table = Table::new(&[left("paused queue", 32), left("since", 24), left("by", 16)]);
+    for p in paused {
+        let since = p.paused_at.format("%Y-%m-%d %H:%M:%S UTC").to_string();
+        let by = p.paused_by.clone().unwrap_or_else(|| "-".into());
+        table.row(vec![p.queue.clone(), since, by]);
+    }
+    table.print();
 }
 
 fn print_counts(counts: &[QueueCount]) {

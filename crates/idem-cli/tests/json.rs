@@ -128,10 +128,17 @@ fn jobs_and_dead_letters(c: &mut Checker, tmp: &Path, db: &TestDb, dead: i64) {
     );
     c.check("bulk outcome", &outcome);
     c.each("left alone", &outcome["left_alone"]);
-    c.check("queues", &json(tmp, db, &["queues", "--json"], 0));
+    let steered = json(tmp, db, &["queues", "pause", "mail", "--json"], 0);
+    c.check("queue steered", &steered);
     let queues = json(tmp, db, &["queues", "--json"], 0);
+    c.check("queues", &queues);
     c.each("queue count", &queues["counts"]);
     c.each("queue waiting", &queues["waiting"]);
+    c.each("paused queue", &queues["paused"]);
+    c.check(
+        "queue steered",
+        &json(tmp, db, &["queues", "resume", "mail", "--json"], 0),
+    );
 }
 
 fn intents(c: &mut Checker, tmp: &Path, db: &TestDb, dead: i64) {

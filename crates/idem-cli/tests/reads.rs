@@ -8,8 +8,10 @@ mod common;
 use common::*;
 
 /// Every operator command except `idem migrate`: those that read and those that write jobs.
-const COMMANDS: [&[&str]; 13] = [
+const COMMANDS: [&[&str]; 15] = [
     &["queues"],
+    &["queues", "pause", "q"],
+    &["queues", "resume", "q"],
     &["jobs", "list"],
     &["jobs", "show", "1"],
     &["dead", "list"],

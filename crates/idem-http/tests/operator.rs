@@ -107,7 +107,54 @@ async fn purge_ledger_and_reconcile_are_for_operators(db: &TestDb) {
     );
 }
 
+/// An operator pauses and resumes a queue; claims through the API stop meanwhile while
+/// enqueues go on; a client principal may do neither; a bad name is 422.
+async fn an_operator_pauses_and_resumes_a_queue(db: &TestDb) {
+    let s = serve(db).await;
+    let refused = s.post(SHOP, "/v1/queues/q/pause", None, &json!({})).await;
+    assert_eq!(
+        (refused.status, refused.problem()),
+        (403, "operator_only".into())
+    );
+    let paused = s.post(OPS, "/v1/queues/q/pause", None, &json!({})).await;
+    assert_eq!(paused.status, 200, "{paused:?}");
+    assert_eq!(
+        paused.json(),
+        json!({"queue": "q", "state": "paused", "changed": true})
+    );
+    let again = s.post(OPS, "/v1/queues/q/pause", None, &json!({})).await;
+    assert_eq!(again.json()["changed"], false);
+    let listed = s.get(OPS, "/v1/queues").await.json();
+    assert_eq!(listed["paused"][0]["queue"], "q", "{listed}");
+    assert_eq!(listed["paused"][0]["paused_by"], "ops", "{listed}");
+
+    let job = s
+        .post(
+            SHOP,
+            "/v1/jobs",
+            None,
+            &json!({"kind": "mail", "queue": "q"}),
+        )
+        .await;
+    assert_eq!(job.status, 201, "enqueues go on: {job:?}");
+    let claim = json!({"queue": "q", "kinds": ["mail"], "worker": "w"});
+    let none = s.post(SHOP, "/v1/claims", None, &claim).await;
+    assert_eq!(none.json()["jobs"], json!([]), "{none:?}");
+
+    let refused = s.post(SHOP, "/v1/queues/q/resume", None, &json!({})).await;
+    assert_eq!(refused.status, 403);
+    let resumed = s.post(OPS, "/v1/queues/q/resume", None, &json!({})).await;
+    assert_eq!(resumed.json()["changed"], true, "{resumed:?}");
+    let some = s.post(SHOP, "/v1/claims", None, &claim).await;
+    assert_eq!(some.json()["jobs"][0]["id"], job.json()["job"]["id"]);
+    let bad = s
+        .post(OPS, "/v1/queues/a%20b/pause", None, &json!({}))
+        .await;
+    assert_eq!(bad.status, 422, "{bad:?}");
+}
+
 idem_store_tests::store_cases!(
     attempts_and_discard_follow_the_principal,
     purge_ledger_and_reconcile_are_for_operators,
+    an_operator_pauses_and_resumes_a_queue,
 );

@@ -174,6 +174,10 @@ impl Store for PgStore {
         ops::queue::waiting(&self.pool).await
     }
 
+    async fn queue_paused(&self) -> StoreResult<Vec<idem_store::PausedQueue>> {
+        ops::queue::paused(&self.pool).await
+    }
+
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>> {
         ops::queue::counts(&self.pool).await
     }

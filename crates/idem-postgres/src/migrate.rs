@@ -34,6 +34,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0010_job_enqueue_key.sql"),
         include_str!("../migrations/0011_http_key.sql"),
         include_str!("../migrations/0012_batch.sql"),
+        include_str!("../migrations/0013_queue_pause.sql"),
     ])
 }
 

@@ -214,6 +214,14 @@ pub(crate) fn queue_waiting(row: &PgRow) -> StoreResult<QueueWaiting> {
 }
 
 /// A row of `queue/counts.sql`.
+pub(crate) fn paused_queue(row: &PgRow) -> StoreResult<idem_store::PausedQueue> {
+    Ok(idem_store::PausedQueue {
+        queue: get(row, "queue")?,
+        paused_at: get(row, "paused_at")?,
+        paused_by: get(row, "paused_by")?,
+    })
+}
+
 pub(crate) fn queue_count(row: &PgRow) -> StoreResult<QueueCount> {
     Ok(QueueCount {
         queue: get(row, "queue")?,

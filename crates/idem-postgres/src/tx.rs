@@ -96,6 +96,14 @@ impl StoreTx for PgTx {
         ops::enqueue_key::find(&mut *self.tx, keys).await
     }
 
+    async fn queue_pause(&mut self, p: idem_store::QueuePause) -> StoreResult<bool> {
+        ops::queue::pause(&mut *self.tx, p).await
+    }
+
+    async fn queue_resume(&mut self, queue: String) -> StoreResult<bool> {
+        ops::queue::resume(&mut *self.tx, queue).await
+    }
+
     async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64> {
         ops::job::delete(&mut *self.tx, ids).await
     }

@@ -213,6 +213,10 @@ impl Store for SqliteStore {
         self.readers.run(ops::queue::waiting).await
     }
 
+    async fn queue_paused(&self) -> StoreResult<Vec<idem_store::PausedQueue>> {
+        self.readers.run(ops::queue::paused).await
+    }
+
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>> {
         self.readers.run(ops::queue::counts).await
     }

@@ -239,6 +239,14 @@ pub(crate) fn queue_waiting(row: &Row<'_>) -> StoreResult<QueueWaiting> {
 }
 
 /// A row of `queue/counts.sql`.
+pub(crate) fn paused_queue(row: &Row<'_>) -> StoreResult<idem_store::PausedQueue> {
+    Ok(idem_store::PausedQueue {
+        queue: get(row, "queue")?,
+        paused_at: ts(row, "paused_at")?,
+        paused_by: get(row, "paused_by")?,
+    })
+}
+
 pub(crate) fn queue_count(row: &Row<'_>) -> StoreResult<QueueCount> {
     Ok(QueueCount {
         queue: get(row, "queue")?,

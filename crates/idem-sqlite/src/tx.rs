@@ -160,6 +160,14 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::enqueue_key::find(c, &keys)).await
     }
 
+    async fn queue_pause(&mut self, p: idem_store::QueuePause) -> StoreResult<bool> {
+        self.run(move |c| ops::queue::pause(c, &p)).await
+    }
+
+    async fn queue_resume(&mut self, queue: String) -> StoreResult<bool> {
+        self.run(move |c| ops::queue::resume(c, &queue)).await
+    }
+
     async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64> {
         self.run(move |c| ops::job::delete(c, &ids)).await
     }

@@ -6,7 +6,7 @@ use idem_store_tests::cases::{
     batch::*, batch_attack::*, counter::*, effect::*, enqueue_key::*, http_key::*, intent::*,
     intent_attack::*, intent_race::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*,
     job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, principal::*,
-    purge::*, tx::*,
+    purge::*, queue_pause::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -52,6 +52,9 @@ idem_store_tests::store_cases!(
     claim_concurrently_never_duplicates,
     claim_concurrently_across_stores_never_duplicates,
     claim_takes_only_the_kinds_asked_for,
+    // queue_pause
+    queue_pause_stops_claims_until_resumed,
+    queue_pause_inserts_a_local_claim_unclaimed,
     // job_lease: heartbeat and lock
     heartbeat_extends_only_current_leases,
     heartbeat_of_no_leases_is_a_no_op,

@@ -138,7 +138,9 @@ async fn renew_claims<T: StoreTx + ?Sized>(
 ) -> StoreResult<()> {
     let mut by_lease: HashMap<i64, Vec<crate::LeaseToken>> = HashMap::new();
     for (r, lease_ms) in results.iter().zip(claims) {
-        if let Some(ms) = lease_ms.filter(|_| !lost.contains_key(&r.job.id)) {
+        // A job of a paused queue was inserted unclaimed: it holds no lease.
+        let claimed = r.job.state == crate::JobState::Running && !lost.contains_key(&r.job.id);
+        if let Some(ms) = lease_ms.filter(|_| claimed) {
             by_lease.entry(ms).or_default().push(r.job.lease_token());
         }
     }

@@ -218,7 +218,9 @@ impl JobInsert {
             .into_iter()
             .zip(inserted)
             .map(|(j, i)| {
-                let claimed = j.claim.map(|c| {
+                // A job whose queue is paused was inserted unclaimed.
+                let claim = j.claim.filter(|_| i.state == JobState::Running);
+                let claimed = claim.map(|c| {
                     let expires = i.created_at + chrono::Duration::milliseconds(c.lease_ms);
                     (c.worker, expires)
                 });

@@ -38,6 +38,7 @@ mod job;
 mod ledger;
 mod maintenance;
 pub mod migration;
+mod queue;
 mod store;
 pub mod testing;
 mod value;
@@ -64,6 +65,7 @@ pub use job::{
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
 pub use maintenance::{JobDiscard, JobRetry, Purge, PurgeTarget};
+pub use queue::{PausedQueue, QueuePause};
 pub use store::{Store, StoreTx, Wakeups};
 pub use value::SqlValue;
 

@@ -32,7 +32,7 @@ impl Migration {
 }
 
 /// How many migrations this build has.
-pub const COUNT: usize = 12;
+pub const COUNT: usize = 13;
 
 /// Every migration's version and name, the same on every store, in order.
 pub const NAMES: [(i64, &str); COUNT] = [
@@ -48,6 +48,7 @@ pub const NAMES: [(i64, &str); COUNT] = [
     (10, "job_enqueue_key"),
     (11, "http_key"),
     (12, "batch"),
+    (13, "queue_pause"),
 ];
 
 /// A store's migrations: `sql[i]` is the store's SQL for `NAMES[i]`. A store that lacks

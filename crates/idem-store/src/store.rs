@@ -71,6 +71,9 @@ pub trait Store: Send + Sync + 'static {
     /// earliest `run_at` of each, ordered by queue and kind.
     async fn queue_waiting(&self) -> StoreResult<Vec<crate::QueueWaiting>>;
 
+    /// Every paused queue, by name.
+    async fn queue_paused(&self) -> StoreResult<Vec<crate::PausedQueue>>;
+
     /// Runs a caller's read statement outside any transaction; rows of values.
     async fn query(&self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>>;
 
@@ -135,6 +138,16 @@ pub trait Store: Send + Sync + 'static {
     /// Subscribes to announcements from other processes; `None` without a channel.
     async fn subscribe(&self) -> StoreResult<Option<Box<dyn Wakeups>>> {
         Ok(None)
+    }
+
+    /// [`StoreTx::queue_pause`] in its own transaction.
+    async fn queue_pause(&self, params: crate::QueuePause) -> StoreResult<bool> {
+        in_tx!(self, queue_pause, params)
+    }
+
+    /// [`StoreTx::queue_resume`] in its own transaction.
+    async fn queue_resume(&self, queue: String) -> StoreResult<bool> {
+        in_tx!(self, queue_resume, queue)
     }
 
     /// [`StoreTx::job_insert`] in its own transaction. A batch without enqueue keys goes
@@ -312,6 +325,13 @@ pub trait StoreTx: Send {
         &mut self,
         keys: Vec<(String, String)>,
     ) -> StoreResult<Vec<(String, String, i64)>>;
+
+    /// Pauses a queue: claims from it return nothing until it is resumed; enqueues into
+    /// it go on. `false` when it was paused already (its first pause is kept).
+    async fn queue_pause(&mut self, params: crate::QueuePause) -> StoreResult<bool>;
+
+    /// Resumes a paused queue; `false` when it was not paused.
+    async fn queue_resume(&mut self, queue: String) -> StoreResult<bool>;
 
     /// Deletes jobs just inserted in this transaction (an enqueue that lost its key).
     async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64>;

@@ -330,6 +330,35 @@ impl Idem {
         Ok(self.store.queue_waiting().await?)
     }
 
+    /// Pauses `queue`: no worker claims from it (in any process) until it is resumed;
+    /// enqueues into it go on, and jobs already running finish. `false` when it was
+    /// paused already. `by` names who paused it, for operators.
+    pub async fn pause_queue(&self, queue: &str, by: Option<&str>) -> Result<bool, IdemError> {
+        crate::job::check_name("queue", queue)?;
+        let params = idem_store::QueuePause {
+            queue: queue.to_owned(),
+            by: by.map(str::to_owned),
+            now: self.clock.now(),
+        };
+        Ok(self.store.queue_pause(params).await?)
+    }
+
+    /// Resumes a paused `queue` and wakes the workers that serve it; `false` when it was
+    /// not paused.
+    pub async fn resume_queue(&self, queue: &str) -> Result<bool, IdemError> {
+        crate::job::check_name("queue", queue)?;
+        let resumed = self.store.queue_resume(queue.to_owned()).await?;
+        if resumed {
+            self.jobs_waiting([queue]);
+        }
+        Ok(resumed)
+    }
+
+    /// Every paused queue, by name.
+    pub async fn paused_queues(&self) -> Result<Vec<idem_store::PausedQueue>, IdemError> {
+        Ok(self.store.queue_paused().await?)
+    }
+
     /// Cancels an unfinished job; a running job's worker is fenced out.
     pub async fn cancel(&self, job_id: i64) -> Result<JobRow, IdemError> {
         let now = self.clock.now();

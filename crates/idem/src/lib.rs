@@ -83,8 +83,8 @@ pub use idem_store::{
     AttemptOutcome, AttemptRow, Backend, BatchAdded, BatchList, BatchRow, BatchState,
     CounterAssigned, EffectClaimed, EffectRecord, Enqueued, IntentList, IntentResolution,
     IntentRow, IntentState, JobList, JobRow, JobState, LeaseToken, LedgerEntry, LedgerMismatch,
-    LedgerPosted, OnDead, PurgeTarget, QueueCount, QueueWaiting, SqlValue, Store, StoreError,
-    StoreTx, Timestamp,
+    LedgerPosted, OnDead, PausedQueue, PurgeTarget, QueueCount, QueueWaiting, SqlValue, Store,
+    StoreError, StoreTx, Timestamp,
 };
 pub use intent::{Intent, IntentGuard, IntentPolicy};
 pub use job::{DEFAULT_QUEUE, Job};

@@ -302,6 +302,7 @@ const SQLITE_MIGRATIONS: [&str; idem_store::migration::COUNT] = [
     include_str!("../../../idem-sqlite/migrations/0010_job_enqueue_key.sql"),
     include_str!("../../../idem-sqlite/migrations/0011_http_key.sql"),
     include_str!("../../../idem-sqlite/migrations/0012_batch.sql"),
+    include_str!("../../../idem-sqlite/migrations/0013_queue_pause.sql"),
 ];
 
 /// How many migrations the tests' older databases have: all of this build's but the

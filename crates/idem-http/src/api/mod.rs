@@ -138,6 +138,8 @@ impl Api {
             .route("/v1/intents/{key}/release", post(intents::release))
             .route("/v1/intents/{key}/resolve", post(intents::resolve))
             .route("/v1/queues", get(queues::queues))
+            .route("/v1/queues/{queue}/pause", post(queues::pause))
+            .route("/v1/queues/{queue}/resume", post(queues::resume))
             .layer(keys)
             .layer(from_fn_with_state(self.auth, authenticate));
         let max_body = self.limits.max_body;

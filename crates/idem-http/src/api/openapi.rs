@@ -23,7 +23,7 @@ use crate::problem::Problem;
         worker::claim, worker::heartbeat, worker::complete, worker::fail,
         intents::begin, intents::renew, intents::complete, intents::fail, intents::unknown,
         intents::release, intents::list, intents::get, intents::resolve,
-        queues::queues, queues::healthz,
+        queues::queues, queues::pause, queues::resume, queues::healthz,
         operator::attempts, operator::discard, operator::reconcile, operator::purge,
         operator::ledger_verify, operator::ledger_repair,
     ),

@@ -8,7 +8,8 @@
 -- principal text[] (who enqueues each job, NULL = the library); $12..$14: batch_id,
 -- follows_job_id and follows_batch_id int8[] (a batch's child, a chain's successor, a
 -- batch's successor; NULL = none). A claimed job is running from
--- now: attempt 1, fence 1, leased to claim_worker until now + lease_ms, where now is
+-- now: attempt 1, fence 1, leased to claim_worker until now + lease_ms (unless its queue
+-- is paused: then it is inserted unclaimed, its claim_worker ignored), where now is
 -- this statement's clock (clock_timestamp(), not the transaction's start), so a lease
 -- does not run down while the transaction waits (idem_store::enqueue renews it once more
 -- just before the commit of an enqueue that took keys).
@@ -22,17 +23,19 @@ SELECT j.kind,
        j.queue,
        j.args,
        j.priority,
-       CASE WHEN j.claim_worker IS NOT NULL THEN 'running'
+       CASE WHEN c.claim_worker IS NOT NULL THEN 'running'
             WHEN coalesce(j.run_at, t.now) > t.now THEN 'scheduled'
             ELSE 'available' END,
        j.max_attempts,
        coalesce(j.run_at, t.now),
        t.now,
-       CASE WHEN j.claim_worker IS NULL THEN 0 ELSE 1 END,
-       CASE WHEN j.claim_worker IS NULL THEN 0 ELSE 1 END,
-       j.claim_worker,
-       CASE WHEN j.claim_worker IS NOT NULL THEN t.now END,
-       coalesce($9::timestamptz, clock_timestamp()) + j.lease_ms * interval '1 millisecond',
+       CASE WHEN c.claim_worker IS NULL THEN 0 ELSE 1 END,
+       CASE WHEN c.claim_worker IS NULL THEN 0 ELSE 1 END,
+       c.claim_worker,
+       CASE WHEN c.claim_worker IS NOT NULL THEN t.now END,
+       CASE WHEN c.claim_worker IS NOT NULL
+            THEN coalesce($9::timestamptz, clock_timestamp()) + j.lease_ms * interval '1 millisecond'
+       END,
        j.enqueue_key,
        j.principal,
        j.batch_id,
@@ -43,7 +46,11 @@ FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::int2[], $5::timestamptz[],
             $13::int8[], $14::int8[])
          WITH ORDINALITY AS j(kind, queue, args, priority, run_at, max_attempts,
                               claim_worker, lease_ms, enqueue_key, principal, batch_id,
-                              follows_job_id, follows_batch_id, ord),
+                              follows_job_id, follows_batch_id, ord)
+     CROSS JOIN LATERAL (
+         SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM idem_queue_pause AS p
+                                      WHERE p.queue = j.queue)
+                     THEN j.claim_worker END AS claim_worker) AS c,
      (SELECT coalesce($9::timestamptz, now()) AS now) AS t
 ORDER BY j.ord
 RETURNING id, state, run_at, created_at

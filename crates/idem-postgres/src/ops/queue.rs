@@ -1,6 +1,7 @@
-//! Per-queue counts of jobs by state, and of waiting jobs by kind (`queries/queue/`).
+//! Per-queue counts of jobs by state and of waiting jobs by kind, and pausing queues
+//! (`queries/queue/`).
 
-use idem_store::{QueueCount, QueueWaiting, StoreResult};
+use idem_store::{PausedQueue, QueueCount, QueuePause, QueueWaiting, StoreResult};
 use sqlx::{Executor, Postgres};
 
 use crate::error::interpret_error;
@@ -26,4 +27,41 @@ where
         .await
         .map_err(interpret_error)?;
     rows.iter().map(row::queue_waiting).collect()
+}
+
+pub(crate) async fn paused<'e, E>(ex: E) -> StoreResult<Vec<PausedQueue>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../../queries/queue/paused.sql"))
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(row::paused_queue).collect()
+}
+
+pub(crate) async fn pause<'e, E>(ex: E, p: QueuePause) -> StoreResult<bool>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let row = sqlx::query(include_str!("../../queries/queue/pause.sql"))
+        .bind(p.queue)
+        .bind(p.now)
+        .bind(p.by)
+        .fetch_optional(ex)
+        .await
+        .map_err(interpret_error)?;
+    Ok(row.is_some())
+}
+
+pub(crate) async fn resume<'e, E>(ex: E, queue: String) -> StoreResult<bool>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let row = sqlx::query(include_str!("../../queries/queue/resume.sql"))
+        .bind(queue)
+        .fetch_optional(ex)
+        .await
+        .map_err(interpret_error)?;
+    Ok(row.is_some())
 }

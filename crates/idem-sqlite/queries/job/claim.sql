@@ -3,7 +3,8 @@
 -- clock). Only jobs of the kinds in ?6 (JSON array; NULL = any kind): a worker claims
 -- only what it has handlers for, so a job of a kind no worker knows waits and spends no
 -- attempt. Only jobs enqueued by principal ?7 (NULL = any job, at the cost of one test
--- of a bound parameter per candidate).
+-- of a bound parameter per candidate). Nothing while queue ?1 is paused (a row in
+-- idem_queue_pause; enqueues into it go on).
 -- SQLite dialect: the single writer (BEGIN IMMEDIATE) serialises claims, so no SKIP LOCKED;
 -- the outer state predicate mirrors PostgreSQL's.
 UPDATE idem_job
@@ -20,6 +21,7 @@ WHERE id IN (
       AND run_at <= coalesce(?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
       AND (?6 IS NULL OR kind IN (SELECT value FROM json_each(?6)))
       AND (?7 IS NULL OR principal = ?7)
+      AND NOT EXISTS (SELECT 1 FROM idem_queue_pause WHERE queue = ?1)
     ORDER BY priority, run_at, id
     LIMIT ?2
 )

@@ -1,10 +1,11 @@
-//! Per-queue counts of jobs by state, and of waiting jobs by kind (`queries/queue/`).
+//! Per-queue counts of jobs by state and of waiting jobs by kind, and pausing queues
+//! (`queries/queue/`).
 
-use idem_store::{QueueCount, QueueWaiting, StoreResult};
-use rusqlite::Connection;
+use idem_store::{PausedQueue, QueueCount, QueuePause, QueueWaiting, StoreResult};
+use rusqlite::{Connection, params};
 
 use super::rows;
-use crate::row;
+use crate::row::{self, ts_to_ms};
 
 pub(crate) fn counts(c: &Connection) -> StoreResult<Vec<QueueCount>> {
     let sql = include_str!("../../queries/queue/counts.sql");
@@ -14,4 +15,20 @@ pub(crate) fn counts(c: &Connection) -> StoreResult<Vec<QueueCount>> {
 pub(crate) fn waiting(c: &Connection) -> StoreResult<Vec<QueueWaiting>> {
     let sql = include_str!("../../queries/queue/waiting.sql");
     rows(c, sql, [], row::queue_waiting)
+}
+
+pub(crate) fn paused(c: &Connection) -> StoreResult<Vec<PausedQueue>> {
+    let sql = include_str!("../../queries/queue/paused.sql");
+    rows(c, sql, [], row::paused_queue)
+}
+
+pub(crate) fn pause(c: &Connection, p: &QueuePause) -> StoreResult<bool> {
+    let sql = include_str!("../../queries/queue/pause.sql");
+    let args = params![p.queue, p.now.map(ts_to_ms), p.by];
+    Ok(!rows(c, sql, args, |_| Ok(()))?.is_empty())
+}
+
+pub(crate) fn resume(c: &Connection, queue: &str) -> StoreResult<bool> {
+    let sql = include_str!("../../queries/queue/resume.sql");
+    Ok(!rows(c, sql, params![queue], |_| Ok(()))?.is_empty())
 }

@@ -27,4 +27,5 @@ pub mod ledger;
 pub mod migrate;
 pub mod principal;
 pub mod purge;
+pub mod queue_pause;
 pub mod tx;
