@@ -12,6 +12,7 @@ use rand::Rng;
 
 use super::WorkerConfig;
 use crate::client::Idem;
+use crate::cron::Periodic;
 use crate::error::IdemError;
 use crate::handler::{EffectClass, ErasedHandler, Handler, KindLimits, Registered};
 use crate::job::check_name;
@@ -22,6 +23,7 @@ pub struct Worker {
     pub(super) config: WorkerConfig,
     pub(super) name: String,
     pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    pub(super) periodic: Vec<Arc<Periodic>>,
 }
 
 impl Worker {
@@ -33,6 +35,7 @@ impl Worker {
             config,
             name,
             handlers: HashMap::new(),
+            periodic: Vec::new(),
         })
     }
 
@@ -87,6 +90,20 @@ impl Worker {
             )));
         }
         Ok(())
+    }
+
+    /// Enqueues `p`'s job at each of its ticks while the worker runs. Every worker
+    /// process may run the same schedule: each tick is enqueued once (its enqueue key);
+    /// a name registered twice is refused.
+    pub fn periodic(&mut self, p: Periodic) -> Result<&mut Self, IdemError> {
+        if self.periodic.iter().any(|q| q.name() == p.name()) {
+            return Err(IdemError::Config(format!(
+                "a periodic job named {:?} is already registered on this worker",
+                p.name()
+            )));
+        }
+        self.periodic.push(Arc::new(p));
+        Ok(self)
     }
 
     /// A reconciler for this worker's kinds: it looks unknown outcomes up through their
