@@ -7,9 +7,9 @@
 //! settings come from the config file (`config.rs`) and pass the same checks as every
 //! worker's before the database is opened; the stop signals are listened for before the
 //! worker starts, so a signal at any moment ends it gracefully (running jobs get the
-//! shutdown timeout) and the process exits 0 with a one-line summary. A reconciliation
-//! pass under way when the signal arrives is let finish: stopping it between settling an
-//! intent and retrying its job would leave that job dead.
+//! shutdown timeout) and the process exits 0 with a one-line summary (none with `-q`).
+//! A reconciliation pass under way when the signal arrives is let finish: stopping it
+//! between settling an intent and retrying its job would leave that job dead.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -82,7 +82,7 @@ pub async fn run(url: &str, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     register_builtins(&mut worker)?;
     let started = started(&worker, &config, url, a.reconcile_every);
     let report = serve(worker, a.reconcile_every, &started).await?;
-    println!("{report}");
+    crate::verbosity::say(report);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -99,7 +99,7 @@ async fn serve(worker: Worker, every: Duration, started: &str) -> anyhow::Result
     let forever = std::future::pending::<std::convert::Infallible>();
     let signal = match interrupt.run(running.ready()).await {
         Ok(()) => {
-            println!("{started}");
+            crate::verbosity::say(started);
             match interrupt.run(forever).await {
                 Ok(never) => match never {},
                 Err(signal) => signal,
@@ -164,7 +164,7 @@ pub(crate) async fn reconcile_every(
         }
         match reconciler.run(ReconcileOptions::default()).await {
             Ok(r) if reconcile::changed_anything(&r) => {
-                println!("reconcile: {}", reconcile::summary(&r));
+                crate::verbosity::say(format!("reconcile: {}", reconcile::summary(&r)));
             }
             Ok(_) => {}
             Err(e) => eprintln!(

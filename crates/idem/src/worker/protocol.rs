@@ -172,7 +172,7 @@ impl WorkerProtocol {
     /// whose fence is the claim's) along the ladder; `LeaseLost` when the claim is not
     /// current. Returns the row as written.
     pub async fn fail(&self, job: &JobRow, error: JobError) -> Result<JobRow, IdemError> {
-        let (row, _) = record_failure(&self.idem, &self.config, job, error).await?;
+        let (row, _) = record_failure(&self.idem, &self.config, None, job, error).await?;
         Ok(row)
     }
 }
