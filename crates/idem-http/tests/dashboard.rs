@@ -478,6 +478,50 @@ async fn pause_and_resume_a_queue(db: &TestDb) {
     assert_eq!(paused().await, 0, "resumed");
 }
 
+/// The queue counts are read once per interval for every browser together: a second
+/// browser's page, and a fragment refresh, right after the first get the same read (a job
+/// enqueued meanwhile is not counted yet), not a new count over the job table.
+async fn queue_counts_are_shared_between_browsers(db: &TestDb) {
+    let s = serve(db).await;
+    let read_at = |page: &Page| {
+        let at = page.body.find("data-read-at=\"").expect("the read's time") + 14;
+        page.body[at..at + 27].to_string()
+    };
+    s.post(
+        OPS,
+        "/v1/jobs",
+        None,
+        &json!({"kind": "mail", "queue": "first"}),
+    )
+    .await;
+    let mut one = Browser::new(&s);
+    one.login(OPS).await;
+    let first = one.get("/").await;
+    assert!(first.body.contains(">first</a>"), "{}", first.body);
+    s.post(
+        OPS,
+        "/v1/jobs",
+        None,
+        &json!({"kind": "mail", "queue": "later"}),
+    )
+    .await;
+    let mut two = Browser::new(&s);
+    two.login(OPS).await;
+    let second = two.get("/").await;
+    assert_eq!(read_at(&second), read_at(&first), "{}", second.body);
+    assert!(
+        !second.body.contains(">later</a>"),
+        "counted again: {}",
+        second.body
+    );
+    let request = one
+        .http
+        .get(format!("{}/", s.base))
+        .header("x-idem-fragment", "1");
+    let refresh = one.send(request).await;
+    assert_eq!(read_at(&refresh), read_at(&first));
+}
+
 /// `--dev`: a page read opens a session for the operator `dev` with no login, and its
 /// actions still need the session's CSRF token.
 async fn dev_mode_needs_no_login_but_still_csrf(db: &TestDb) {
@@ -508,5 +552,6 @@ idem_store_tests::store_cases!(
     user_data_is_escaped_and_pages_are_locked_down,
     the_job_page_shows_attempts_effect_keys_and_intents,
     pause_and_resume_a_queue,
+    queue_counts_are_shared_between_browsers,
     dev_mode_needs_no_login_but_still_csrf,
 );

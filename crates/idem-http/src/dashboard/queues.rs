@@ -101,7 +101,7 @@ fn table(ctx: &Ctx, counts: &Counts, paused: &[PausedQueue], samples: &[stats::S
                 }
             }
         }
-        p.meta {
+        p.meta data-read-at=(counts.now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)) {
             "Counts read at " (super::layout::time(counts.now)) " in " (duration_ms(counts.took.as_millis() as i64))
             "; read again at most every " (counts_ttl(counts.took).as_secs()) " s for all browsers together. "
             "Sparklines: one point per " (stats::SAMPLE_EVERY.as_secs()) " s, last "
