@@ -187,3 +187,58 @@ pub fn sparkline(values: &[f64], label: &str) -> Markup {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(queue: &str, completed: i64, timed: i64, run_ms: i64) -> QueueFinished {
+        QueueFinished {
+            queue: queue.into(),
+            completed,
+            dead: 1,
+            timed,
+            run_ms,
+            wait_ms: 0,
+        }
+    }
+
+    #[test]
+    fn points_are_rates_and_means_per_sample() {
+        let samples = vec![
+            Sample {
+                span_ms: 10_000,
+                queues: vec![finished("mail", 19, 20, 4_000)],
+            },
+            Sample {
+                span_ms: 5_000,
+                queues: vec![finished("other", 4, 0, 0)],
+            },
+        ];
+        let mail = points(&samples, "mail");
+        assert_eq!(mail[0], (2.0, Some(200.0), Some(0.0)));
+        assert_eq!(
+            mail[1],
+            (0.0, None, None),
+            "a sample without the queue is zero"
+        );
+        assert_eq!(points(&samples, "other")[1], (1.0, None, None));
+    }
+
+    #[test]
+    fn counts_stay_fresh_for_ten_times_their_read() {
+        assert_eq!(counts_ttl(Duration::from_millis(3)), COUNTS_MIN_TTL);
+        assert_eq!(counts_ttl(Duration::from_secs(2)), Duration::from_secs(20));
+    }
+
+    #[test]
+    fn a_sparkline_spans_its_box() {
+        let svg = sparkline(&[0.0, 5.0, 10.0], "rate").into_string();
+        assert!(
+            svg.contains("points=\"0.0,22.0 60.0,12.0 120.0,2.0\""),
+            "{svg}"
+        );
+        let flat = sparkline(&[3.0], "rate").into_string();
+        assert!(flat.contains("<line"), "one point draws a baseline: {flat}");
+    }
+}
