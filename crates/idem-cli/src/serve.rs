@@ -95,6 +95,7 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
     // POST /v1/reconcile either way.
     let mut builtin = idem.worker(config.worker.clone())?;
     worker::register_builtins(&mut builtin)?;
+    worker::register_periodic(&mut builtin, &config)?;
     let reconciler = builtin.reconciler();
     let dashboard = Dashboard {
         idem: idem.clone(),
