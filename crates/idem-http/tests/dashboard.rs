@@ -142,6 +142,14 @@ impl Browser {
         self.send(req).await
     }
 
+    /// A browser logged in as the operator `ops`.
+    async fn operator(s: &Server) -> Browser {
+        let mut b = Browser::new(s);
+        let page = b.login(OPS).await;
+        assert_eq!(page.status, 303, "{}", page.body);
+        b
+    }
+
     /// Logs in with `token`; the answer.
     async fn login(&mut self, token: &str) -> Page {
         self.post("/login", &[("token", token)], &[]).await
@@ -211,8 +219,7 @@ async fn a_session_expires(db: &TestDb) {
     let clock = ManualClock::new(db.store.now().await.unwrap());
     let idem = Idem::from_store(db.store.clone()).with_clock(Arc::new(clock.clone()));
     let s = serve_dashboard(idem, tokens()).await;
-    let mut b = Browser::new(&s);
-    b.login(OPS).await;
+    let mut b = Browser::operator(&s).await;
     clock.advance(SESSION_TTL - Duration::from_secs(1));
     assert_eq!(b.get("/jobs").await.status, 200);
     clock.advance(Duration::from_secs(2));
@@ -229,8 +236,7 @@ async fn a_session_expires(db: &TestDb) {
 async fn actions_without_session_or_csrf_change_nothing(db: &TestDb) {
     let s = serve(db).await;
     let id = dead_job(&s, "mail", json!({}), "no").await;
-    let mut other = Browser::new(&s);
-    other.login(OPS).await;
+    let mut other = Browser::operator(&s).await;
     let other_csrf = other.get("/").await.csrf();
     let mut b = Browser::new(&s);
     let path = format!("/jobs/{id}/action");
@@ -288,8 +294,7 @@ async fn bulk_acts_only_on_the_previewed_ids(db: &TestDb) {
     let s = serve(db).await;
     let first = dead_job(&s, "mail", json!({}), "no").await;
     let second = dead_job(&s, "mail", json!({}), "no").await;
-    let mut b = Browser::new(&s);
-    b.login(OPS).await;
+    let mut b = Browser::operator(&s).await;
     let preview = b.get("/dead/preview?action=retry&queue=q&kind=mail").await;
     assert_eq!(preview.status, 200, "{}", preview.body);
     assert!(
@@ -323,8 +328,7 @@ async fn user_data_is_escaped_and_pages_are_locked_down(db: &TestDb) {
     let s = serve(db).await;
     let args = json!({"to": SCRIPT, "note": IMG});
     let id = dead_job(&s, "mail", args, &format!("boom {SCRIPT} {IMG}")).await;
-    let mut b = Browser::new(&s);
-    b.login(OPS).await;
+    let mut b = Browser::operator(&s).await;
     for path in [
         format!("/jobs/{id}"),
         "/jobs".into(),
@@ -394,8 +398,7 @@ async fn the_job_page_shows_attempts_effect_keys_and_intents(db: &TestDb) {
     let begin = json!({"job_id": id, "fence": 1, "request": {}, "lease_ms": 60000});
     let begun = s.post(OPS, "/v1/intents/pay-42/begin", None, &begin).await;
     assert_eq!(begun.status, 200, "{:?}", begun.json());
-    let mut b = Browser::new(&s);
-    b.login(OPS).await;
+    let mut b = Browser::operator(&s).await;
     let running = b.get(&format!("/jobs/{id}")).await.body;
     for text in [
         "w-7",
@@ -454,8 +457,7 @@ async fn pause_and_resume_a_queue(db: &TestDb) {
     let s = serve(db).await;
     let id = dead_job(&s, "mail", json!({}), "no").await;
     let paused = || async { s.idem.paused_queues().await.unwrap().len() };
-    let mut b = Browser::new(&s);
-    b.login(OPS).await;
+    let mut b = Browser::operator(&s).await;
     let home = b.get("/").await;
     assert!(
         home.body.contains("button class=\"pause\""),
@@ -487,26 +489,17 @@ async fn queue_counts_are_shared_between_browsers(db: &TestDb) {
         let at = page.body.find("data-read-at=\"").expect("the read's time") + 14;
         page.body[at..at + 27].to_string()
     };
-    s.post(
-        OPS,
-        "/v1/jobs",
-        None,
-        &json!({"kind": "mail", "queue": "first"}),
-    )
-    .await;
-    let mut one = Browser::new(&s);
-    one.login(OPS).await;
+    let server = &s;
+    let enqueue_in = |queue: &'static str| async move {
+        let job = json!({"kind": "mail", "queue": queue});
+        server.post(OPS, "/v1/jobs", None, &job).await
+    };
+    enqueue_in("first").await;
+    let mut one = Browser::operator(&s).await;
     let first = one.get("/").await;
     assert!(first.body.contains(">first</a>"), "{}", first.body);
-    s.post(
-        OPS,
-        "/v1/jobs",
-        None,
-        &json!({"kind": "mail", "queue": "later"}),
-    )
-    .await;
-    let mut two = Browser::new(&s);
-    two.login(OPS).await;
+    enqueue_in("later").await;
+    let mut two = Browser::operator(&s).await;
     let second = two.get("/").await;
     assert_eq!(read_at(&second), read_at(&first), "{}", second.body);
     assert!(
