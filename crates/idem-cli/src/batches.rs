@@ -41,6 +41,8 @@ pub enum BatchesCommand {
     Seal {
         /// Batch id
         id: i64,
+        #[command(flatten)]
+        format: Format,
     },
     /// List batches, newest first
     List {
@@ -149,9 +151,12 @@ pub async fn run(url: &str, cmd: BatchesCommand) -> anyhow::Result<ExitCode> {
             let jobs = read_children(&children)?;
             print_json(&database::open(url).await?.batch_add(id, jobs).await?)?;
         }
-        BatchesCommand::Seal { id } => {
+        BatchesCommand::Seal { id, format } => {
             let row = database::open(url).await?.batch_seal(id).await?;
-            println!("batch {} is {}", row.id, describe(&row));
+            match format.json {
+                true => print_json(&row)?,
+                false => crate::verbosity::say(format!("batch {} is {}", row.id, describe(&row))),
+            }
         }
         BatchesCommand::List {
             state,

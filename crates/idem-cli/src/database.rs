@@ -31,9 +31,11 @@ pub async fn open(url: &str) -> anyhow::Result<Idem> {
 
 /// [`open`] with the store's settings (a worker's pool size).
 pub async fn open_with(url: &str, options: idem::ConnectOptions) -> anyhow::Result<Idem> {
-    Idem::open_with(url, options)
+    let idem = Idem::open_with(url, options)
         .await
-        .map_err(|e| explain(url, e))
+        .map_err(|e| explain(url, e))?;
+    tracing::info!(url = %idem_postgres::redact(url), "opened the idem database");
+    Ok(idem)
 }
 
 /// The existing database at `url`, whatever its schema (for `idem migrate --status`).

@@ -1,22 +1,25 @@
-//! `idem dead …` (list, inspect, retry and discard dead jobs) and `idem purge` (delete
-//! records past their retention, in batches, with a progress bar).
+//! `idem dead …`: list, inspect, retry and discard dead jobs. Which jobs a retry or a
+//! discard takes, and its preview, is `bulk.rs`.
 //!
-//! A retry or discard of listed ids acts on those it can and names the others: an id
-//! that does not exist makes the command exit 3 (not found), a job that exists but is
-//! not dead (retry: nor cancelled) is left alone and makes it exit 1 (refused).
+//! A retry or discard acts on the ids it was given or previewed, those it can, and names
+//! the others: an id that does not exist makes the command exit 3 (not found), a job that
+//! exists but is not dead (retry: nor cancelled) is left alone and makes it exit 1
+//! (refused). `--json` prints the outcome (`docs/cli-json.md`) before that exit.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use clap::{Args, Subcommand};
-use idem::{DeadFilter, Idem, JobState, PurgeTarget};
-use indicatif::{ProgressBar, ProgressStyle};
+use clap::Subcommand;
+use idem::{BULK_PAGE, Idem, JobState};
+use serde::Serialize;
 
+use crate::bulk::Selection;
 use crate::database::open;
 use crate::exit::{Exit, OrExit, fail};
-use crate::jobs::{FilterArgs, ListArgs, ShowArgs, list_jobs, show_job};
-use crate::output::Format;
+use crate::jobs::{ListArgs, ShowArgs, list_jobs, show_job};
+use crate::output::{Format, print_json};
+use crate::verbosity::{note, say};
 
 /// `idem dead …`.
 #[derive(Subcommand)]
@@ -50,53 +53,28 @@ pub enum DeadCommand {
         #[arg(long, env = "IDEM_CONFIG")]
         config: Option<PathBuf>,
     },
-    /// Delete dead jobs with their history and enqueue keys
+    /// Delete dead jobs with their history and enqueue keys (cannot be undone)
     Discard {
         #[command(flatten)]
         selection: Selection,
-        /// Confirm a discard of --all (it cannot be undone)
-        #[arg(long)]
-        yes: bool,
     },
 }
 
-/// Which dead jobs a bulk action takes: listed ids, or `--all` matching the filters.
-#[derive(Args)]
-pub struct Selection {
-    /// Job ids
-    ids: Vec<i64>,
-    /// Every dead job matching --queue and --kind (instead of ids)
-    #[arg(long)]
-    all: bool,
-    #[command(flatten)]
-    filter: FilterArgs,
+/// What a retry or discard did: its `--json` document.
+#[derive(Serialize)]
+struct Outcome {
+    action: &'static str,
+    asked: Vec<i64>,
+    done: Vec<i64>,
+    left_alone: Vec<LeftAlone>,
+    missing: Vec<i64>,
 }
 
-impl Selection {
-    async fn ids(&self, idem: &Idem) -> anyhow::Result<Vec<i64>> {
-        match (self.all, self.ids.is_empty()) {
-            (true, true) => Ok(idem
-                .dead_ids(&DeadFilter {
-                    queue: self.filter.queue.clone(),
-                    kind: self.filter.kind.clone(),
-                })
-                .await?),
-            (false, false) if self.filter.queue.is_none() && self.filter.kind.is_none() => {
-                Ok(self.ids.clone())
-            }
-            (false, false) => Err(usage(
-                "--queue and --kind filter --all; give ids or --all, not both",
-            )),
-            (true, false) => Err(usage("give job ids or --all, not both")),
-            (false, true) => Err(usage(
-                "give the ids of the dead jobs, or --all (with --queue/--kind to narrow it)",
-            )),
-        }
-    }
-}
-
-fn usage(message: &str) -> anyhow::Error {
-    fail(Exit::Usage, message)
+/// A job an action left alone, and the state that made it.
+#[derive(Serialize)]
+struct LeftAlone {
+    id: i64,
+    state: JobState,
 }
 
 /// `idem dead …`.
@@ -109,125 +87,134 @@ pub async fn dead(url: &str, cmd: DeadCommand) -> anyhow::Result<ExitCode> {
         DeadCommand::Show { id, format } => {
             let job = show_job(&idem, &ShowArgs { id, format }).await?;
             if job.state != JobState::Dead {
-                eprintln!("note: job {} is {}, not dead", job.id, job.state);
+                note(format!("job {} is {}, not dead", job.id, job.state));
             }
         }
         DeadCommand::Retry {
-            selection: sel,
+            selection,
             force,
             config,
-        } => {
-            let config = crate::config::CliConfig::load(config.as_deref()).or_exit(Exit::Config)?;
-            let idem = idem
-                .with_retention(config.retention)?
-                .with_horizon(config.horizon());
-            let ids = sel.ids(&idem).await?;
-            let retried = match force {
-                true => idem.retry_jobs_forced(ids.clone()).await?,
-                false => idem.retry_jobs(ids.clone()).await?,
-            };
-            let done: Vec<i64> = retried.iter().map(|j| j.id).collect();
-            println!("retried {} of {} job(s)", done.len(), ids.len());
-            return left_alone(&idem, &ids, &done, "dead or cancelled").await;
-        }
-        DeadCommand::Discard {
-            selection: sel,
-            yes,
-        } => {
-            let ids = sel.ids(&idem).await?;
-            let asked = ids.len();
-            if sel.all && !yes {
-                return Err(usage(&format!(
-                    "{asked} dead job(s) match; discarding deletes them with their history and \
-                     cannot be undone: add --yes to go ahead"
-                )));
-            }
-            let done = idem.discard_jobs(ids.clone()).await?;
-            println!("discarded {} of {asked} job(s)", done.len());
-            return left_alone(&idem, &ids, &done, "dead").await;
-        }
+        } => return retry(idem, &selection, force, config).await,
+        DeadCommand::Discard { selection } => return discard(&idem, &selection).await,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Names the jobs of `asked` an action left alone (not in `done`): those that do not
-/// exist (exit 3) and those not `wanted` (exit 1, each named on stderr with its state).
-async fn left_alone(
-    idem: &Idem,
-    asked: &[i64],
-    done: &[i64],
-    wanted: &str,
+/// `idem dead retry`: the previewed ids in one transaction, judged by the config file's
+/// windows unless `force`.
+async fn retry(
+    idem: Idem,
+    sel: &Selection,
+    force: bool,
+    config: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let (mut missing, mut refused) = (Vec::new(), 0);
-    for &id in asked.iter().filter(|id| !done.contains(id)) {
-        match idem.job(id).await? {
-            None => missing.push(id.to_string()),
-            Some(job) => {
-                refused += 1;
-                eprintln!("job {id} is {}, not {wanted}: left alone", job.state);
-            }
-        }
+    let config = crate::config::CliConfig::load(config.as_deref()).or_exit(Exit::Config)?;
+    let idem = idem
+        .with_retention(config.retention)?
+        .with_horizon(config.horizon());
+    let Some(ids) = sel.pick(&idem, "retry").await? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    tracing::info!(jobs = ids.len(), force, "retrying dead jobs");
+    // One transaction, refused as a whole: a spinner, since no count is settled before
+    // it commits.
+    let spinner = crate::progress::spinner(format!("retrying {} job(s)", ids.len()));
+    let retried = match force {
+        true => idem.retry_jobs_forced(ids.clone()).await,
+        false => idem.retry_jobs(ids.clone()).await,
+    };
+    spinner.finish_and_clear();
+    let done = retried?.iter().map(|j| j.id).collect();
+    report(&idem, sel, "retry", ids, done).await
+}
+
+/// `idem dead discard`: the previewed ids, [`BULK_PAGE`] at a time, with a bar.
+async fn discard(idem: &Idem, sel: &Selection) -> anyhow::Result<ExitCode> {
+    let Some(ids) = sel.pick(idem, "discard").await? else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    tracing::info!(jobs = ids.len(), "discarding dead jobs");
+    let bar = crate::progress::bar(ids.len() as u64, "discarding");
+    let mut done = Vec::new();
+    for page in ids.chunks(BULK_PAGE as usize) {
+        done.extend(idem.discard_jobs(page.to_vec()).await?);
+        bar.inc(page.len() as u64);
     }
-    if !missing.is_empty() {
-        let ids = missing.join(", ");
+    bar.finish_and_clear();
+    report(idem, sel, "discard", ids, done).await
+}
+
+/// Prints what `action` did (text or JSON), then exits 3 when an id does not exist and
+/// 1 when a job was left alone, each named on stderr.
+async fn report(
+    idem: &Idem,
+    sel: &Selection,
+    action: &'static str,
+    asked: Vec<i64>,
+    done: Vec<i64>,
+) -> anyhow::Result<ExitCode> {
+    let outcome = outcome(idem, action, asked, done).await?;
+    match sel.format.json {
+        true => print_json(&outcome)?,
+        false => say(format!(
+            "{} {} of {} job(s)",
+            past(action),
+            outcome.done.len(),
+            outcome.asked.len()
+        )),
+    }
+    let wanted = match action {
+        "retry" => "dead or cancelled",
+        _ => "dead",
+    };
+    for LeftAlone { id, state } in &outcome.left_alone {
+        eprintln!("job {id} is {state}, not {wanted}: left alone");
+    }
+    if !outcome.missing.is_empty() {
+        let ids: Vec<String> = outcome.missing.iter().map(i64::to_string).collect();
+        let ids = ids.join(", ");
         return Err(fail(Exit::NotFound, format!("no job with id {ids}")));
     }
-    if refused > 0 {
-        return Err(fail(
+    match outcome.left_alone.len() {
+        0 => Ok(ExitCode::SUCCESS),
+        n => Err(fail(
             Exit::Refused,
-            format!("{refused} job(s) not {wanted} were left alone"),
-        ));
+            format!("{n} job(s) not {wanted} were left alone"),
+        )),
     }
-    Ok(ExitCode::SUCCESS)
 }
 
-/// Arguments of `idem purge`.
-#[derive(Args)]
-pub struct PurgeArgs {
-    /// Config file with the retention windows (default: ./idem.toml if present)
-    #[arg(long, env = "IDEM_CONFIG")]
-    config: Option<PathBuf>,
-    /// Records deleted per statement (each batch is its own short transaction)
-    #[arg(long, default_value_t = idem::DEFAULT_PURGE_BATCH,
-          value_parser = clap::value_parser!(u32).range(1..))]
-    batch: u32,
-    /// Only count what is past its retention; delete nothing
-    #[arg(long)]
-    dry_run: bool,
+fn past(action: &str) -> &'static str {
+    match action {
+        "retry" => "retried",
+        _ => "discarded",
+    }
 }
 
-/// `idem purge`.
-pub async fn purge(url: &str, a: PurgeArgs) -> anyhow::Result<ExitCode> {
-    let config = crate::config::CliConfig::load(a.config.as_deref()).or_exit(Exit::Config)?;
-    // The same check a worker makes at start-up: a window shorter than the retry horizon
-    // would purge dedup records that a retry may still need.
-    config
-        .check()
-        .context("refusing to purge with these retention windows (see `idem config check`)")?;
-    let idem = open(url).await?.with_retention(config.retention)?;
-    for target in PurgeTarget::ALL {
-        let cutoff = idem.purge_cutoff(target).await?;
-        let pending = idem.purge_count(target, cutoff).await?;
-        let label = format!(
-            "{target:<14} before {}",
-            cutoff.format("%Y-%m-%d %H:%M:%S UTC")
-        );
-        if a.dry_run || pending == 0 {
-            println!("{label}: {pending} past retention");
-            continue;
+/// The jobs of `asked` an action left alone (not in `done`): those that do not exist,
+/// and those in another state.
+async fn outcome(
+    idem: &Idem,
+    action: &'static str,
+    asked: Vec<i64>,
+    done: Vec<i64>,
+) -> anyhow::Result<Outcome> {
+    let finished: HashSet<i64> = done.iter().copied().collect();
+    let (mut missing, mut left_alone) = (Vec::new(), Vec::new());
+    for &id in asked.iter().filter(|id| !finished.contains(id)) {
+        match idem.job(id).await? {
+            None => missing.push(id),
+            Some(job) => left_alone.push(LeftAlone {
+                id,
+                state: job.state,
+            }),
         }
-        let bar = ProgressBar::new(pending);
-        bar.set_style(
-            ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({per_sec})")
-                .expect("a valid progress template")
-                .progress_chars("=> "),
-        );
-        bar.set_message(label.clone());
-        let deleted = idem
-            .purge_before(target, cutoff, a.batch, |n| bar.inc(n))
-            .await?;
-        bar.finish_and_clear();
-        println!("{label}: deleted {deleted}");
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(Outcome {
+        action,
+        asked,
+        done,
+        left_alone,
+        missing,
+    })
 }

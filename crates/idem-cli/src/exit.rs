@@ -41,9 +41,10 @@ Exit codes:
      action needs (cancel of a finished job; dead retry or discard of a job not dead;
      intents resolve of an intent not unknown or manual), dead retry of jobs too old
      for their effect keys (without --force), reconcile found a duplicate or parked an
-     intent manual
+     intent manual, a bulk dead retry or discard not confirmed at the prompt
   2  the command line is wrong: an unknown flag, or a value that does not parse (--args
-     JSON, --state, --run-at, job ids, …)
+     JSON, --state, --run-at, job ids, --ids-from, …); dead retry or discard --all
+     without a terminal and without --yes
   3  not found: a job id, an intent key, or the database (an SQLite file, a PostgreSQL
      database)
   4  unavailable: the database cannot be reached or stayed busy; retrying can help

@@ -16,6 +16,7 @@ use crate::database;
 use crate::output::{Format, print_json};
 use crate::show::time;
 use crate::table::{Table, cell, left, right};
+use crate::verbosity::say;
 
 /// `idem intents …`.
 #[derive(Subcommand)]
@@ -76,6 +77,8 @@ pub struct ResolveArgs {
     /// The remote does not have the effect: send it again
     #[arg(long)]
     absent: bool,
+    #[command(flatten)]
+    format: Format,
 }
 
 fn state(text: &str) -> Result<IntentState, String> {
@@ -250,17 +253,20 @@ async fn resolve(idem: &Idem, a: ResolveArgs) -> anyhow::Result<()> {
         false => IntentResolution::Absent,
     };
     let (row, retried) = idem.resolve_intent(&a.key, resolution).await?;
-    println!(
+    if a.format.json {
+        return print_json(&serde_json::json!({ "intent": row, "job_retried": retried }));
+    }
+    say(format!(
         "intent {} is {} (fence {})",
         cell(&row.key, usize::MAX),
         row.state,
         row.fence
-    );
+    ));
     let job = row.job_id;
-    match (retried, idem.job(job).await?) {
-        (true, _) => println!("job {job} was put back to run"),
-        (false, Some(j)) => println!("job {job} was not put back to run: it is {}", j.state),
-        (false, None) => println!("job {job} no longer exists"),
-    }
+    say(match (retried, idem.job(job).await?) {
+        (true, _) => format!("job {job} was put back to run"),
+        (false, Some(j)) => format!("job {job} was not put back to run: it is {}", j.state),
+        (false, None) => format!("job {job} no longer exists"),
+    });
     Ok(())
 }

@@ -27,6 +27,8 @@ pub enum JobsCommand {
     Cancel {
         /// Job id
         id: i64,
+        #[command(flatten)]
+        format: Format,
     },
 }
 
@@ -89,9 +91,12 @@ pub async fn run(url: &str, cmd: JobsCommand) -> anyhow::Result<ExitCode> {
         JobsCommand::Show(show) => {
             show_job(&database::open(url).await?, &show).await?;
         }
-        JobsCommand::Cancel { id } => {
+        JobsCommand::Cancel { id, format } => {
             let job = database::open(url).await?.cancel(id).await?;
-            println!("job {} is {}", job.id, job.state);
+            match format.json {
+                true => print_json(&job)?,
+                false => crate::verbosity::say(format!("job {} is {}", job.id, job.state)),
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -33,16 +33,19 @@ pub enum LedgerCommand {
 /// `idem ledger …`: exits 1 when `verify` finds mismatches.
 pub async fn run(url: &str, cmd: LedgerCommand) -> anyhow::Result<ExitCode> {
     let idem = database::open(url).await?;
+    let spinner = crate::progress::spinner("summing the ledger's entries");
     let (found, verb, format) = match cmd {
-        LedgerCommand::Verify { format } => (idem.ledger_verify().await?, None, format),
+        LedgerCommand::Verify { format } => (idem.ledger_verify().await, None, format),
         LedgerCommand::Repair { apply, format } => {
             let verb = match apply {
                 true => "rebuilt",
                 false => "would be rebuilt (dry run; --apply writes)",
             };
-            (idem.ledger_repair(apply).await?, Some(verb), format)
+            (idem.ledger_repair(apply).await, Some(verb), format)
         }
     };
+    spinner.finish_and_clear();
+    let found = found?;
     match format.json {
         true => print_json(&found)?,
         false => print_mismatches(&found, verb.unwrap_or("differ")),

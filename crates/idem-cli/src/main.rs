@@ -3,12 +3,16 @@
 //! Commands parse their input into the library's types and print results; all behaviour
 //! lives in the `idem` crate. `anyhow` is used here and nowhere else. One module per
 //! command (`migrate`, `enqueue`, `jobs`, `queues`, `dead`, `ledger`, `guarantees`,
-//! `config`, `worker`, `intents`, `reconcile`, `demo/`, `chaos/`, `bench/`); the database they open (`database`), how they print
-//! (`output`, `table`, `show`) and how they exit (`exit`) are shared.
+//! `config`, `worker`, `intents`, `reconcile`, `purge`, `completions`, `demo/`, `chaos/`,
+//! `bench/`); the database they open (`database`), how they print (`output`, `table`,
+//! `show`), how much they say (`verbosity`, `progress`), how bulk actions pick their jobs
+//! (`bulk`) and how they exit (`exit`) are shared.
 
 mod batches;
 mod bench;
+mod bulk;
 mod chaos;
+mod completions;
 mod config;
 mod database;
 mod dead;
@@ -24,17 +28,20 @@ mod metrics_listen;
 mod migrate;
 mod otel;
 mod output;
+mod progress;
+mod purge;
 mod queues;
 mod reconcile;
 mod scratch;
 mod serve;
 mod show;
 mod table;
+mod verbosity;
 mod worker;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::exit::Exit;
 
@@ -55,6 +62,8 @@ struct Cli {
     // `database_url` too, and they must never be sent into a database by the environment.
     #[arg(long, global = true, value_name = "URL")]
     database_url: Option<String>,
+    #[command(flatten)]
+    verbosity: verbosity::Verbosity,
     #[command(subcommand)]
     command: Command,
 }
@@ -127,15 +136,17 @@ enum Command {
     Reconcile(reconcile::ReconcileArgs),
     /// Delete records past their retention (enqueue keys, effect keys, finished and dead
     /// jobs), in batches
-    Purge(dead::PurgeArgs),
+    Purge(purge::PurgeArgs),
     /// Check the ledger's running totals against its entries, and rebuild them
     #[command(subcommand)]
     Ledger(ledger::LedgerCommand),
     /// What idem guarantees for each effect class and each job kind this binary runs
-    Guarantees,
+    Guarantees(output::Format),
     /// Check the config file: retry ladders, the retry horizon and retention windows
     #[command(subcommand)]
     Config(config::ConfigCommand),
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell)
+    Completions(completions::CompletionsArgs),
     /// Worker process used by `idem demo` and `idem chaos` (not for direct use)
     #[command(hide = true)]
     ChaosWorker(chaos::ChaosWorkerArgs),
@@ -150,7 +161,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Dropped last, after the runtime: flushes the OpenTelemetry export (`otel` feature).
-    let _otel = init_tracing(&cli.command);
+    let _otel = init_tracing(&cli);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -185,33 +196,24 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Batches(cmd) => batches::run(&db(), cmd).await,
         Command::Queues(args) => queues::run(&db(), args).await,
         Command::Dead(cmd) => dead::dead(&db(), cmd).await,
-        Command::Purge(args) => dead::purge(&db(), args).await,
+        Command::Purge(args) => purge::run(&db(), args).await,
         Command::Ledger(cmd) => ledger::run(&db(), cmd).await,
-        Command::Guarantees => Ok(guarantees::run(&chaos::kinds()?)),
+        Command::Guarantees(format) => guarantees::run(&chaos::kinds()?, format),
         Command::Config(cmd) => config::run(cmd),
+        Command::Completions(args) => completions::run(args, Cli::command()),
     }
 }
 
-/// Logs to stderr, filtered by `IDEM_LOG`. By default warnings, without sqlx's notices
-/// about dropped connections (the store reports its errors itself); a chaos run or the
-/// demo also leaves out the warnings its own faults cause on purpose (late duplicates
-/// found by the audit), which its report counts. Beside it, with the `otel` feature,
-/// spans go to an OpenTelemetry collector (`otel.rs`), filtered on their own.
-fn init_tracing(command: &Command) -> otel::Guard {
-    use tracing_subscriber::prelude::*;
-    let default = match command {
+/// Logs to stderr, filtered by `-v`/`-q`, else `IDEM_LOG`, else by default warnings
+/// without sqlx's notices about dropped connections (the store reports its errors
+/// itself); a chaos run or the demo also leaves out by default the warnings its own
+/// faults cause on purpose (late duplicates found by the audit), which its report counts.
+/// Beside it, with the `otel` feature, spans go to an OpenTelemetry collector
+/// (`otel.rs`), filtered on their own.
+fn init_tracing(cli: &Cli) -> otel::Guard {
+    let default = match cli.command {
         Command::Demo(_) | Command::Chaos(_) => "warn,sqlx=error,idem::intent=error",
         _ => "warn,sqlx=error",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("IDEM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let logs = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_filter(filter);
-    let (export, guard) = otel::layer();
-    tracing_subscriber::registry()
-        .with(logs)
-        .with(export)
-        .init();
-    guard
+    cli.verbosity.install(default)
 }

@@ -9,12 +9,14 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use idem::{SchemaMigration, SchemaStatus};
+use idem::SchemaStatus;
 
 use crate::database;
 use crate::exit::{Exit, fail};
 use crate::output::{Format, print_json};
 use crate::show::time;
+use crate::table::{Table, left};
+use crate::verbosity::say;
 
 /// Arguments of `idem migrate`.
 #[derive(Args)]
@@ -63,23 +65,26 @@ async fn migrate(url: &str) -> anyhow::Result<ExitCode> {
         status.require_current()?;
     }
     if status.pending.is_empty() {
-        println!(
+        say(format!(
             "nothing to apply; the schema is current ({})",
             version(&status)
-        );
+        ));
         return Ok(ExitCode::SUCCESS);
     }
-    println!("applying {} migration(s):", status.pending.len());
+    say(format!("applying {} migration(s):", status.pending.len()));
     for m in &status.pending {
-        println!("  {m}");
+        say(format!("  {m}"));
     }
-    let applied = store.migrate().await?;
+    let spinner = crate::progress::spinner("applying migrations");
+    let applied = store.migrate().await;
+    spinner.finish_and_clear();
+    let applied = applied?;
     let after = store.schema_status().await?;
     store.close().await;
-    println!(
+    say(format!(
         "applied {applied}; the schema is current ({})",
         version(&after)
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -91,27 +96,31 @@ fn version(status: &SchemaStatus) -> String {
     }
 }
 
-/// The text of `--status`.
+/// The text of `--status`: one line per migration, applied ones first, then what the
+/// schema lacks.
 fn render(status: &SchemaStatus) -> String {
-    let mut out = String::new();
-    out += &section("applied", &status.applied, "none");
-    out += &section("pending", &status.pending, "none; the schema is current");
-    if !status.newer.is_empty() {
-        out += &section("newer than this idem", &status.newer, "");
-    }
-    out
-}
-
-fn section(heading: &str, list: &[SchemaMigration], empty: &str) -> String {
-    if list.is_empty() {
-        return format!("{heading}: {empty}\n");
-    }
-    let mut out = format!("{heading}:\n");
-    for m in list {
-        match m.applied_at {
-            Some(_) => out += &format!("  {:<32} {}\n", m.to_string(), time(m.applied_at)),
-            None => out += &format!("  {m}\n"),
+    let mut table = Table::new(&[
+        left("migration", 48),
+        left("state", 20),
+        left("applied at", 27),
+    ]);
+    let sections = [
+        (&status.applied, "applied"),
+        (&status.pending, "pending"),
+        (&status.newer, "newer than this idem"),
+    ];
+    for (list, state) in sections {
+        for m in list {
+            table.row(vec![m.to_string(), state.to_owned(), time(m.applied_at)]);
         }
     }
-    out
+    let verdict = match (status.pending.is_empty(), status.newer.is_empty()) {
+        (true, true) => "the schema is current".to_owned(),
+        (false, _) => format!(
+            "{} pending: `idem migrate` applies them",
+            status.pending.len()
+        ),
+        (true, false) => "a newer idem migrated this database: upgrade idem".to_owned(),
+    };
+    format!("{}{verdict}\n", table.render())
 }

@@ -11,6 +11,7 @@ use idem::{Idem, PausedQueue, QueueCount, QueueWaiting, Timestamp};
 use crate::database;
 use crate::output::{Format, print_json};
 use crate::table::{Table, left, right};
+use crate::verbosity::say;
 
 /// Arguments of `idem queues`.
 #[derive(Args)]
@@ -84,11 +85,13 @@ fn steered(queue: &str, done: &str, changed: bool, format: Format) -> anyhow::Re
     if format.json {
         print_json(&serde_json::json!({ "queue": queue, "state": done, "changed": changed }))?;
     } else if changed {
-        println!("queue {queue:?} {done}");
+        say(format!("queue {queue:?} {done}"));
     } else if done == "paused" {
-        println!("queue {queue:?} was paused already; nothing changed");
+        say(format!(
+            "queue {queue:?} was paused already; nothing changed"
+        ));
     } else {
-        println!("queue {queue:?} was not paused; nothing changed");
+        say(format!("queue {queue:?} was not paused; nothing changed"));
     }
     Ok(ExitCode::SUCCESS)
 }

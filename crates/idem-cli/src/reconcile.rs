@@ -57,12 +57,15 @@ pub async fn run(url: &str, a: ReconcileArgs) -> anyhow::Result<ExitCode> {
         limit: a.limit,
     };
     let worker = builtin_worker(&database::open(url).await?)?;
-    let report = worker.reconciler().run(opts).await?;
+    let spinner = crate::progress::spinner("looking unknown calls up on their remotes");
+    let report = worker.reconciler().run(opts).await;
+    spinner.finish_and_clear();
+    let report = report?;
     match a.format.json {
         true => {
             print_json(&report)?;
             if report.skipped > 0 {
-                eprintln!("note: {}", skipped_note(&report));
+                crate::verbosity::note(skipped_note(&report));
             }
         }
         false => print!("{}", render(&worker, &opts, &report)),

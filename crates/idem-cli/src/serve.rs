@@ -1,5 +1,6 @@
-//! `idem serve`: the HTTP API (DESIGN.md section 5) on `--listen`, with the built-in job
-//! kinds' worker beside it unless `--no-workers`, until SIGTERM or SIGINT.
+//! `idem serve`: the HTTP API (DESIGN.md section 5) and the web dashboard at `/` on
+//! `--listen`, with the built-in job kinds' worker beside it unless `--no-workers`, until
+//! SIGTERM or SIGINT.
 //!
 //! What must stay true: without `--dev` the server refuses to start with no token; with
 //! `--dev` it binds loopback only and says loudly that it is unauthenticated; tokens are
@@ -17,6 +18,7 @@ use idem::WorkerProtocol;
 use idem_http::Principal;
 use idem_http::api::{Api, Limits};
 use idem_http::auth::{Auth, Tokens};
+use idem_http::dashboard::Dashboard;
 use idem_http::idempotency::IdempotencyConfig;
 use idem_http::metrics;
 use tokio::sync::watch;
@@ -99,10 +101,17 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
     // POST /v1/reconcile either way.
     let mut builtin = idem.worker(config.worker.clone())?;
     worker::register_builtins(&mut builtin)?;
+    worker::register_periodic(&mut builtin, &config)?;
     let reconciler = builtin.reconciler();
     let metrics = match a.metrics_public {
         true => metrics::Access::Public,
         false => metrics::Access::Operators(auth.clone()),
+    };
+    let dashboard = Dashboard {
+        idem: idem.clone(),
+        auth: auth.clone(),
+        kinds: crate::guarantees::builtin_kinds(),
+        limits: limits.clone(),
     };
     let api = Api {
         idem: idem.clone(),
@@ -113,8 +122,11 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         reconciler: Some(reconciler.clone()),
     };
     let exporter = metrics::Exporter::start(&idem).or_exit(Exit::Config)?;
-    let router = api.router().or_exit(Exit::Config)?;
-    let router = router.merge(exporter.router(metrics));
+    let router = api
+        .router()
+        .or_exit(Exit::Config)?
+        .merge(dashboard.router())
+        .merge(exporter.router(metrics));
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))

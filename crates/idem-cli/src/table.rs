@@ -94,9 +94,11 @@ impl Table {
         line.trim_end().to_owned()
     }
 
-    /// Prints the table on stdout.
+    /// Prints the table on stdout (quietly cut short when the reader closes the pipe).
     pub fn print(&self) {
-        print!("{}", self.render());
+        if let Err(e) = crate::output::print_stdout(&self.render()) {
+            panic!("failed printing to stdout: {e}"); // as `print!` does
+        }
     }
 }
 

@@ -8,9 +8,9 @@
 //! settings come from the config file (`config.rs`) and pass the same checks as every
 //! worker's before the database is opened; the stop signals are listened for before the
 //! worker starts, so a signal at any moment ends it gracefully (running jobs get the
-//! shutdown timeout) and the process exits 0 with a one-line summary. A reconciliation
-//! pass under way when the signal arrives is let finish: stopping it between settling an
-//! intent and retrying its job would leave that job dead.
+//! shutdown timeout) and the process exits 0 with a one-line summary (none with `-q`).
+//! A reconciliation pass under way when the signal arrives is let finish: stopping it
+//! between settling an intent and retrying its job would leave that job dead.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -83,6 +83,15 @@ pub(crate) fn connect_options(worker: &WorkerConfig) -> idem::ConnectOptions {
     options
 }
 
+/// The config file's `[[periodic]]` schedules, run by `worker` (each tick enqueued once
+/// however many processes run them).
+pub fn register_periodic(worker: &mut Worker, config: &CliConfig) -> anyhow::Result<()> {
+    for p in config.schedules()? {
+        worker.periodic(p)?;
+    }
+    Ok(())
+}
+
 /// `idem worker`: runs until SIGTERM or SIGINT, then prints what it did.
 pub async fn run(url: &str, c: WorkerCommand) -> anyhow::Result<ExitCode> {
     let a = c.worker;
@@ -94,6 +103,7 @@ pub async fn run(url: &str, c: WorkerCommand) -> anyhow::Result<ExitCode> {
         .with_horizon(config.horizon());
     let mut worker = idem.worker(config.worker.clone())?;
     register_builtins(&mut worker)?;
+    register_periodic(&mut worker, &config)?;
     let started = started(&worker, &config, url, a.reconcile_every);
     let metrics = match c.metrics_listen {
         Some(addr) => Some(MetricsListener::start(&idem, addr).await?),
@@ -103,7 +113,7 @@ pub async fn run(url: &str, c: WorkerCommand) -> anyhow::Result<ExitCode> {
     if let Some(metrics) = metrics {
         metrics.stop().await;
     }
-    println!("{report}");
+    crate::verbosity::say(report);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -120,7 +130,7 @@ async fn serve(worker: Worker, every: Duration, started: &str) -> anyhow::Result
     let forever = std::future::pending::<std::convert::Infallible>();
     let signal = match interrupt.run(running.ready()).await {
         Ok(()) => {
-            println!("{started}");
+            crate::verbosity::say(started);
             match interrupt.run(forever).await {
                 Ok(never) => match never {},
                 Err(signal) => signal,
@@ -185,7 +195,7 @@ pub(crate) async fn reconcile_every(
         }
         match reconciler.run(ReconcileOptions::default()).await {
             Ok(r) if reconcile::changed_anything(&r) => {
-                println!("reconcile: {}", reconcile::summary(&r));
+                crate::verbosity::say(format!("reconcile: {}", reconcile::summary(&r)));
             }
             Ok(_) => {}
             Err(e) => eprintln!(

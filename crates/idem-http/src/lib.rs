@@ -2,6 +2,7 @@
 //!
 //! - [`api`]: the routes of `idem serve` and the layers around them.
 //! - [`auth`]: bearer tokens, each naming a principal.
+//! - [`dashboard`]: the web dashboard at `/`, for operators.
 //! - [`idempotency`]: the inbound Idempotency-Key `tower::Layer`, usable by any axum app.
 //! - [`metrics`]: Prometheus metrics at `GET /metrics`, for `idem serve` or any axum app.
 //! - [`principal`]: who a request acts for.
@@ -10,6 +11,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod dashboard;
 pub mod idempotency;
 pub mod metrics;
 pub mod principal;

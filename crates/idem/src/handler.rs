@@ -9,6 +9,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -94,6 +95,21 @@ pub trait Handler: Send + Sync + 'static {
         args: Self::Args,
     ) -> impl Future<Output = Result<(), JobError>> + Send;
 
+    /// How long one attempt of this kind may run before it is stopped (its future
+    /// dropped, an open effect transaction rolled back) and counted as failed; `None`
+    /// (the default) = the worker's `job_timeout`. Checked when the handler is
+    /// registered: at most the worker's `job_timeout`, which the retry horizon counts.
+    fn timeout(&self) -> Option<Duration> {
+        None
+    }
+
+    /// How many attempts a job of this kind gets at most; `None` (the default) = the
+    /// worker's `max_attempts` (and the job's own, whichever is lower). Checked when the
+    /// handler is registered: 1 to the worker's `max_attempts`.
+    fn max_attempts(&self) -> Option<i32> {
+        None
+    }
+
     /// For a remote effect: how long its call may take, from which its intents' lease
     /// follows ([`IntentPolicy`]). Checked when the handler is registered.
     fn intent_policy(&self) -> IntentPolicy {
@@ -120,6 +136,7 @@ pub(crate) type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 /// A registered handler with its types erased.
 pub(crate) trait ErasedHandler: Send + Sync {
     fn effect(&self) -> EffectClass;
+    fn limits(&self) -> KindLimits;
     /// Decodes `job`'s args and looks `intent`'s call up (see [`Handler::lookup`]).
     fn lookup(self: Arc<Self>, intent: IntentRow, job: JobRow) -> BoxFuture<Lookup>;
     /// Decodes the job's args (read in place from the context's row, not copied) and
@@ -127,15 +144,29 @@ pub(crate) trait ErasedHandler: Send + Sync {
     fn call(self: Arc<Self>, cx: JobContext) -> BoxFuture<(JobContext, Result<(), JobError>)>;
 }
 
-/// A handler with the intent policy it had when registered (asked once, not per job).
+/// The limits a handler declared for its kind ([`Handler::timeout`],
+/// [`Handler::max_attempts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct KindLimits {
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) max_attempts: Option<i32>,
+}
+
+/// A handler with the intent policy and limits it had when registered (asked once, not
+/// per job).
 pub(crate) struct Registered<H> {
     pub(crate) handler: H,
     pub(crate) policy: IntentPolicy,
+    pub(crate) limits: KindLimits,
 }
 
 impl<H: Handler> ErasedHandler for Registered<H> {
     fn effect(&self) -> EffectClass {
         H::EFFECT
+    }
+
+    fn limits(&self) -> KindLimits {
+        self.limits
     }
 
     fn lookup(self: Arc<Self>, intent: IntentRow, job: JobRow) -> BoxFuture<Lookup> {

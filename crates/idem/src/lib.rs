@@ -50,6 +50,7 @@ mod clock;
 mod completer;
 pub mod config;
 mod context;
+pub mod cron;
 mod effect;
 mod error;
 mod handler;
@@ -73,6 +74,7 @@ pub use config::{
     retry_horizon,
 };
 pub use context::{EffectTx, JobContext, MAX_RESULT_BYTES};
+pub use cron::Periodic;
 pub use effect::EffectKey;
 pub use error::{IdemError, JobError, JobErrorKind};
 pub use handler::{EffectClass, Handler};

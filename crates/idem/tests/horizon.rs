@@ -107,20 +107,6 @@ fn start(idem: &Idem, first: FirstEnd, ran: mpsc::UnboundedSender<(i64, bool)>) 
     w.start()
 }
 
-/// Waits until job `id` satisfies `done`; returns it.
-async fn until(idem: &Idem, id: i64, what: &str, done: impl Fn(&JobRow) -> bool) -> JobRow {
-    within(30, what, async {
-        loop {
-            let row = job(idem, id).await;
-            if done(&row) {
-                return row;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-}
-
 /// A client on a manual clock at the database's time, with the default retention, and
 /// its effect table.
 async fn setup(db: &TestDb) -> (Idem, Arc<ManualClock>) {

@@ -40,20 +40,6 @@ async fn manual(db: &TestDb) -> (Idem, Arc<ManualClock>) {
     (client(db, Some(clock.clone())), clock)
 }
 
-/// Waits until job `id` satisfies `done`; returns it.
-async fn until(idem: &Idem, id: i64, what: &str, done: impl Fn(&JobRow) -> bool) -> JobRow {
-    within(30, what, async {
-        loop {
-            let row = job(idem, id).await;
-            if done(&row) {
-                return row;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-}
-
 /// Enqueues a job of `kind` on queue `q` with `max_attempts`; its id.
 async fn enqueue_q(idem: &Idem, kind: &str, max_attempts: i32) -> i64 {
     let job = Job::new(kind, serde_json::json!({}))

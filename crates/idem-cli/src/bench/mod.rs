@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde::Serialize;
 
 use crate::exit::{Exit, OrExit};
@@ -195,12 +195,10 @@ async fn measure(db: &Scratch, args: &BenchArgs, bar: &ProgressBar) -> anyhow::R
 }
 
 fn progress(args: &BenchArgs) -> ProgressBar {
-    let bar = ProgressBar::new(args.scenarios.len() as u64);
-    let style = ProgressStyle::with_template(
+    let bar = crate::progress::with_template(
+        args.scenarios.len() as u64,
         "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} scenarios: {msg}",
-    )
-    .expect("valid progress template");
-    bar.set_style(style);
+    );
     bar.enable_steady_tick(Duration::from_millis(120));
     bar
 }

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use idem::{Idem, SqlValue};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use super::Plan;
 use super::fleet::Fleet;
@@ -86,10 +85,10 @@ pub(super) async fn drive(
     produced: &Arc<Produced>,
     expected: usize,
 ) -> anyhow::Result<Done> {
-    let bar = ProgressBar::new(expected as u64);
-    bar.set_style(ProgressStyle::with_template(
+    let bar = crate::progress::with_template(
+        expected as u64,
         "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} jobs finished {msg}",
-    )?);
+    );
     let mut done = Done::default();
     let mut due: VecDeque<(Duration, Fault)> = schedule(plan).into();
     let pause_for = Duration::from_millis(plan.fleet.lease_ms * 2 + 500);

@@ -441,3 +441,107 @@ fn block_on<T>(fut: impl std::future::Future<Output = T>) -> T {
         .expect("a runtime")
         .block_on(fut)
 }
+
+impl PgSchema {
+    /// Runs `sql` (one statement) in the schema, in a transaction of its own.
+    pub fn exec(&self, sql: &str) {
+        block_on(async {
+            let options = idem_postgres::PgOptions {
+                schema: Some(self.schema.clone()),
+                ..idem_postgres::PgOptions::default()
+            };
+            let store = idem_postgres::PgStore::connect(&self.base, options).await;
+            let store = store.expect("connect to the test schema");
+            let mut tx = idem_store::Store::begin(&store).await.expect("begin");
+            tx.execute(sql, &[])
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            tx.commit().await.expect("commit");
+            idem_store::Store::close(&store).await;
+        });
+    }
+}
+
+/// A migrated database of one store, reached through `idem` and, for a test's setup,
+/// directly with SQL.
+pub enum TestDb {
+    Sqlite { path: PathBuf, url: String },
+    Postgres(PgSchema),
+}
+
+impl TestDb {
+    /// An SQLite file in `data` and, when PostgreSQL is configured, a fresh schema (as
+    /// [`PgSchema::migrated`]): every store a test runs on.
+    pub fn each(tmp: &Path, data: &Path) -> Vec<TestDb> {
+        let path = data.join("idem.db");
+        let url = migrated_sqlite(tmp, &path);
+        let mut all = vec![TestDb::Sqlite { path, url }];
+        all.extend(PgSchema::migrated(tmp).map(TestDb::Postgres));
+        all
+    }
+
+    pub fn url(&self) -> &str {
+        match self {
+            TestDb::Sqlite { url, .. } => url,
+            TestDb::Postgres(pg) => &pg.url,
+        }
+    }
+
+    /// Runs one SQL statement (write it in the dialect both stores share, with
+    /// [`TestDb::now`] and [`TestDb::no`] for times and booleans).
+    pub fn exec(&self, sql: &str) {
+        match self {
+            TestDb::Sqlite { path, .. } => sqlite_exec(path, sql),
+            TestDb::Postgres(pg) => pg.exec(sql),
+        }
+    }
+
+    /// The SQL of the present time (SQLite stores milliseconds).
+    pub fn now(&self) -> String {
+        match self {
+            TestDb::Sqlite { .. } => chrono::Utc::now().timestamp_millis().to_string(),
+            TestDb::Postgres(_) => "now()".to_owned(),
+        }
+    }
+
+    /// The SQL of false (SQLite stores 0).
+    pub fn no(&self) -> &'static str {
+        match self {
+            TestDb::Sqlite { .. } => "0",
+            TestDb::Postgres(_) => "false",
+        }
+    }
+
+    /// Makes the jobs `ids` dead, as a last failed attempt leaves them.
+    pub fn kill(&self, ids: &[i64]) {
+        let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
+        self.exec(&format!(
+            "UPDATE idem_job SET state = 'dead', finalized_at = created_at, \
+             last_error = 'boom' WHERE id IN ({})",
+            ids.join(", ")
+        ));
+    }
+
+    /// `idem --database-url URL args…`.
+    pub fn idem(&self, tmp: &Path, args: &[&str]) -> Out {
+        idem_on(tmp, self.url(), args)
+    }
+
+    /// Enqueues a job of `kind` in `queue`; returns its id.
+    pub fn enqueue(&self, tmp: &Path, kind: &str, queue: &str) -> i64 {
+        let out = self.idem(tmp, &["enqueue", "--kind", kind, "--queue", queue]);
+        out.expect(0).json()["job"]["id"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no job id; {out}"))
+    }
+
+    /// The state of job `id`, `None` when it does not exist.
+    pub fn state(&self, tmp: &Path, id: i64) -> Option<String> {
+        let out = self.idem(tmp, &["jobs", "show", &id.to_string(), "--json"]);
+        match out.code {
+            Some(0) => Some(out.json()["job"]["state"].as_str().unwrap().to_owned()),
+            Some(NOT_FOUND) => None,
+            _ => panic!("jobs show {id}; {out}"),
+        }
+    }
+}

@@ -37,6 +37,7 @@ use crate::problem::Problem;
 
 pub(crate) use error::operator_only;
 pub use limits::Limits;
+pub(crate) use limits::enforce as enforce_limits;
 pub use openapi::ApiDoc;
 pub use view::{
     BatchAddedView, BatchPage, BatchView, EnqueuedView, IntentView, JobPage, JobView, SuccessorView,

@@ -31,7 +31,17 @@ pub(super) struct NextRun {
 
 /// What follows attempt `job.attempt` of `job`, which ended with `e`: `unit` in `[0, 1)`
 /// is the ladder's random draw.
-pub(super) fn next_run(config: &WorkerConfig, job: &JobRow, e: JobError, unit: f64) -> NextRun {
+pub(super) fn next_run(
+    config: &WorkerConfig,
+    kind_cap: Option<i32>,
+    job: &JobRow,
+    e: JobError,
+    unit: f64,
+) -> NextRun {
+    let cap = match kind_cap {
+        Some(k) if k < config.max_attempts => Cap::Kind(k),
+        _ => Cap::Worker(config.max_attempts),
+    };
     match e.kind {
         JobErrorKind::Permanent => dead(e.message),
         JobErrorKind::Snooze if job.snoozes < config.max_snoozes => snooze(config, job, e),
@@ -41,9 +51,9 @@ pub(super) fn next_run(config: &WorkerConfig, job: &JobRow, e: JobError, unit: f
                  a failed attempt",
                 e.message, job.snoozes, config.max_snoozes
             );
-            retry(config, job, None, message, unit)
+            retry(config, cap, job, None, message, unit)
         }
-        _ => retry(config, job, e.retry_after, e.message, unit),
+        _ => retry(config, cap, job, e.retry_after, e.message, unit),
     }
 }
 
@@ -55,17 +65,33 @@ fn dead(message: String) -> NextRun {
     }
 }
 
-/// A failed attempt: `dead` once the worker's attempts are used up, else after the
-/// handler's delay (clamped) or the ladder's.
+/// Whose cap on attempts applies: the worker's `max_attempts`, or the lower one the
+/// job's kind declared ([`crate::Handler::max_attempts`]).
+#[derive(Debug, Clone, Copy)]
+enum Cap {
+    Worker(i32),
+    Kind(i32),
+}
+
+/// A failed attempt: `dead` once the attempts the worker or the kind allow are used up,
+/// else after the handler's delay (clamped) or the ladder's.
 fn retry(
     config: &WorkerConfig,
+    cap: Cap,
     job: &JobRow,
     asked: Option<Duration>,
     message: String,
     unit: f64,
 ) -> NextRun {
-    if job.attempt >= config.max_attempts {
-        return dead(message);
+    match cap {
+        Cap::Worker(n) if job.attempt >= n => return dead(message),
+        Cap::Kind(n) if job.attempt >= n => {
+            return dead(format!(
+                "{message} (attempt {} of {n}, the limit of kind {:?})",
+                job.attempt, job.kind
+            ));
+        }
+        _ => {}
     }
     let (delay, message) = match asked {
         Some(d) => clamp(job, d, config.max_retry_after, Bound::RetryAfter, message),
@@ -181,14 +207,14 @@ mod tests {
     #[test]
     fn a_long_retry_after_is_clamped_and_noted() {
         let e = JobError::retry_after(96 * HOUR, "closed");
-        let next = next_run(&config(), &job(1, 0), e, 0.5);
+        let next = next_run(&config(), None, &job(1, 0), e, 0.5);
         assert_eq!(next.retry_in, Some(HOUR));
         assert_eq!(
             next.message,
             "closed; retry_after 4d clamped to max_retry_after 1h"
         );
         let e = JobError::retry_after(HOUR, "closed");
-        let next = next_run(&config(), &job(1, 0), e, 0.5);
+        let next = next_run(&config(), None, &job(1, 0), e, 0.5);
         assert_eq!(
             (next.retry_in, next.message.as_str()),
             (Some(HOUR), "closed")
@@ -197,7 +223,7 @@ mod tests {
 
     #[test]
     fn a_long_snooze_is_clamped_and_noted() {
-        let next = next_run(&config(), &job(1, 9), JobError::snooze(2 * HOUR), 0.5);
+        let next = next_run(&config(), None, &job(1, 9), JobError::snooze(2 * HOUR), 0.5);
         assert_eq!((next.retry_in, next.snooze), (Some(HOUR), true));
         assert_eq!(
             next.message,
@@ -208,7 +234,7 @@ mod tests {
     #[test]
     fn a_snooze_beyond_max_snoozes_is_a_failed_attempt() {
         let e = JobError::snooze(Duration::from_secs(5));
-        let next = next_run(&config(), &job(1, 10), e.clone(), 0.5);
+        let next = next_run(&config(), None, &job(1, 10), e.clone(), 0.5);
         assert_eq!(
             (next.retry_in, next.snooze),
             (Some(Duration::from_secs(30)), false)
@@ -218,16 +244,16 @@ mod tests {
             "{}",
             next.message
         );
-        let last = next_run(&config(), &job(3, 10), e, 0.5);
+        let last = next_run(&config(), None, &job(3, 10), e, 0.5);
         assert_eq!((last.retry_in, last.snooze), (None, false), "dead");
     }
 
     #[test]
     fn permanent_and_exhausted_failures_are_dead() {
-        let next = next_run(&config(), &job(1, 0), JobError::permanent("no"), 0.5);
+        let next = next_run(&config(), None, &job(1, 0), JobError::permanent("no"), 0.5);
         assert_eq!(next, dead("no".into()));
         let e = JobError::retry_after(Duration::from_secs(1), "again");
-        assert_eq!(next_run(&config(), &job(3, 0), e, 0.5).retry_in, None);
+        assert_eq!(next_run(&config(), None, &job(3, 0), e, 0.5).retry_in, None);
     }
 
     /// A handler's answer to one run of a job in the property test below.
@@ -288,7 +314,7 @@ mod tests {
                 Answer::Retry(Some(ms)) => JobError::retry_after(Duration::from_millis(*ms), "x"),
                 Answer::Snooze(ms) => JobError::snooze(Duration::from_millis(*ms)),
             };
-            let next = next_run(config, &row, e, *unit);
+            let next = next_run(config, None, &row, e, *unit);
             let Some(delay) = next.retry_in else {
                 return elapsed; // dead
             };

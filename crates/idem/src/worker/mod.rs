@@ -44,6 +44,7 @@ mod delay;
 mod handle;
 mod heartbeat;
 mod listener;
+mod periodic;
 mod pipeline;
 mod protocol;
 mod registry;
@@ -68,10 +69,16 @@ impl Worker {
     pub fn start(self) -> WorkerHandle {
         let (stop_claims, claims_rx) = watch::channel(false);
         let (stop_upkeep, upkeep_rx) = watch::channel(false);
-        let (store, clock) = (self.idem.store.clone(), self.idem.clock.clone());
+        let mut this = self;
+        let schedules = std::mem::take(&mut this.periodic);
+        let (store, clock) = (this.idem.store.clone(), this.idem.clock.clone());
         let (completer, completer_task) = Completer::start(store, clock, upkeep_rx.clone());
-        let shared = Shared::new(self, completer);
+        let shared = Shared::new(this, completer);
         let mut tasks = claim_loops(&shared, &claims_rx);
+        for p in schedules {
+            let (idem, stop) = (shared.idem.clone(), claims_rx.clone());
+            tasks.push(tokio::spawn(periodic::periodic_loop(idem, p, stop)));
+        }
         tasks.push(tokio::spawn(listen_loop(shared.clone(), claims_rx.clone())));
         tasks.extend(maintenance(&shared, claims_rx));
         let upkeep = vec![

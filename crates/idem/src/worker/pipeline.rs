@@ -68,13 +68,26 @@ async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<Done, JobError> {
     let Some(handler) = shared.handlers.get(&job.kind).cloned() else {
         return Err(JobError::retry(unknown_kind(shared, &job.kind)));
     };
+    let limits = handler.limits();
+    if let Some(cap) = limits.max_attempts.filter(|cap| job.attempt > *cap) {
+        // Claimed again after its last allowed attempt ended with a lost lease (rescued):
+        // it does not run past its kind's limit.
+        return Err(JobError::permanent(format!(
+            "attempt {} is past the limit of kind {:?} ({cap} attempts); earlier attempts \
+             ended without a result (their worker lost the lease)",
+            job.attempt, job.kind
+        )));
+    }
     let lease = shared.config.lease;
     let cx = JobContext::new(job.clone(), shared.idem.clone(), lost, lease);
     // The handler runs in this task: a panic is caught here, and the timeout and a
     // shutdown past its deadline stop it by dropping its future (which rolls back an
     // open effect transaction).
     let run = AssertUnwindSafe(handler.call(cx)).catch_unwind();
-    let timeout = shared.config.job_timeout;
+    let (timeout, whose) = match limits.timeout {
+        Some(t) => (t, "the timeout of its kind"),
+        None => (shared.config.job_timeout, "job timeout"),
+    };
     let mut abort = shared.abort.subscribe();
     tokio::select! {
         out = tokio::time::timeout(timeout, run) => match out {
@@ -89,13 +102,18 @@ async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<Done, JobError> {
             }
             Err(_) => {
                 Stats::add(&shared.stats.timed_out, 1);
-                Err(JobError::retry(format!("job timed out after {timeout:?} (job timeout)")))
+                Err(JobError::retry(format!("job timed out after {timeout:?} ({whose})")))
             }
         },
         _ = abort.wait_for(|a| *a) => Err(JobError::retry(
             "worker shut down before the job finished (shutdown timeout reached)",
         )),
     }
+}
+
+/// The attempts the job's kind allows, when its handler declared a limit.
+fn kind_cap(shared: &Shared, job: &JobRow) -> Option<i32> {
+    shared.handlers.get(&job.kind)?.limits().max_attempts
 }
 
 /// The error of a job whose kind has no handler here: names the kind and the worker's
@@ -127,7 +145,7 @@ async fn finish(shared: &Shared, job: &JobRow, outcome: Result<Done, JobError>) 
             Err(e) => Err(e),
         },
         Err(e) if e.kind == JobErrorKind::LeaseLost => Ok(Finished::LeaseLost),
-        Err(e) => record_failure(&shared.idem, &shared.config, job, e)
+        Err(e) => record_failure(&shared.idem, &shared.config, kind_cap(shared, job), job, e)
             .await
             .map(|(_, finished)| finished),
     };
@@ -232,12 +250,13 @@ impl Finished {
 pub(crate) async fn record_failure(
     idem: &Idem,
     config: &WorkerConfig,
+    kind_cap: Option<i32>,
     job: &JobRow,
     mut e: JobError,
 ) -> StoreResult<(JobRow, Finished)> {
     let awaits = e.awaits.take();
     let unit: f64 = rand::rng().random();
-    let next = next_run(config, job, e, unit);
+    let next = next_run(config, kind_cap, job, e, unit);
     let snooze = next.snooze;
     tracing::debug!(job_id = job.id, attempt = job.attempt, error = %next.message, snooze, "attempt ended without completing");
     let params = JobFail {

@@ -182,7 +182,7 @@ impl WorkerProtocol {
     /// whose fence is the claim's) along the ladder; `LeaseLost` when the claim is not
     /// current. Returns the row as written.
     pub async fn fail(&self, job: &JobRow, error: JobError) -> Result<JobRow, IdemError> {
-        match record_failure(&self.idem, &self.config, job, error).await {
+        match record_failure(&self.idem, &self.config, None, job, error).await {
             Ok((row, finished)) => {
                 metrics::finished(&row, finished.outcome(), None);
                 Ok(row)

@@ -12,8 +12,9 @@ use rand::Rng;
 
 use super::WorkerConfig;
 use crate::client::Idem;
+use crate::cron::Periodic;
 use crate::error::IdemError;
-use crate::handler::{EffectClass, ErasedHandler, Handler, Registered};
+use crate::handler::{EffectClass, ErasedHandler, Handler, KindLimits, Registered};
 use crate::job::check_name;
 
 /// A worker being configured; [`Worker::start`] runs it.
@@ -22,6 +23,7 @@ pub struct Worker {
     pub(super) config: WorkerConfig,
     pub(super) name: String,
     pub(super) handlers: HashMap<String, Arc<dyn ErasedHandler>>,
+    pub(super) periodic: Vec<Arc<Periodic>>,
 }
 
 impl Worker {
@@ -33,6 +35,7 @@ impl Worker {
             config,
             name,
             handlers: HashMap::new(),
+            periodic: Vec::new(),
         })
     }
 
@@ -49,9 +52,57 @@ impl Worker {
         if H::EFFECT != EffectClass::Transactional {
             policy.check(H::KIND)?;
         }
-        let registered = Registered { handler, policy };
+        let limits = KindLimits {
+            timeout: handler.timeout(),
+            max_attempts: handler.max_attempts(),
+        };
+        self.check_limits(H::KIND, limits)?;
+        let registered = Registered {
+            handler,
+            policy,
+            limits,
+        };
         self.handlers
             .insert(H::KIND.to_owned(), Arc::new(registered));
+        Ok(self)
+    }
+
+    /// A kind's limits may only tighten the worker's: the retry horizon, which the
+    /// retention windows are checked against, counts the worker's timeout and attempts.
+    fn check_limits(&self, kind: &str, limits: KindLimits) -> Result<(), IdemError> {
+        let job_timeout = self.config.job_timeout;
+        if let Some(t) = limits.timeout
+            && (t.is_zero() || t > job_timeout)
+        {
+            return Err(IdemError::Config(format!(
+                "the handler of kind {kind:?} declares a timeout of {t:?}; it must be above \
+                 zero and at most the worker's job_timeout ({job_timeout:?}); raise \
+                 job_timeout for a longer one"
+            )));
+        }
+        let max = self.config.max_attempts;
+        if let Some(n) = limits.max_attempts
+            && !(1..=max).contains(&n)
+        {
+            return Err(IdemError::Config(format!(
+                "the handler of kind {kind:?} declares max_attempts {n}; it must be 1 to the \
+                 worker's max_attempts ({max}); raise max_attempts for more"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Enqueues `p`'s job at each of its ticks while the worker runs. Every worker
+    /// process may run the same schedule: each tick is enqueued once (its enqueue key);
+    /// a name registered twice is refused.
+    pub fn periodic(&mut self, p: Periodic) -> Result<&mut Self, IdemError> {
+        if self.periodic.iter().any(|q| q.name() == p.name()) {
+            return Err(IdemError::Config(format!(
+                "a periodic job named {:?} is already registered on this worker",
+                p.name()
+            )));
+        }
+        self.periodic.push(Arc::new(p));
         Ok(self)
     }
 

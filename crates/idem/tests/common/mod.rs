@@ -30,6 +30,20 @@ pub async fn db_clock(db: &TestDb) -> ManualClock {
     ManualClock::new(db.store.now().await.expect("database clock"))
 }
 
+/// Waits until job `id` satisfies `done` (as read from the store, within 30 s); returns it.
+pub async fn until(idem: &Idem, id: i64, what: &str, done: impl Fn(&JobRow) -> bool) -> JobRow {
+    idem_store_tests::harness::within(30, what, async {
+        loop {
+            let row = job(idem, id).await;
+            if done(&row) {
+                return row;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+}
+
 /// A worker config on one queue, polling often, with the rescuer effectively off (tests
 /// rescue explicitly).
 pub fn config(queue: &str, concurrency: usize) -> WorkerConfig {

@@ -1,0 +1,112 @@
+//! The ticker of one [`Periodic`] schedule: waits for each tick on the database's clock
+//! and enqueues its job under the tick's enqueue key, until the worker stops claiming.
+//!
+//! What must stay true: a tick's job is enqueued only with its tick key (so every
+//! process that runs the schedule may enqueue it, and one job results); a failed
+//! enqueue is tried again until the next tick is due, then the tick is given up with an
+//! error in the log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_store::Timestamp;
+use tokio::sync::watch;
+
+use crate::Idem;
+use crate::cron::Periodic;
+
+/// How long a failed enqueue of a tick waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Enqueues `p`'s ticks until `stop` turns true.
+pub(super) async fn periodic_loop(idem: Idem, p: Arc<Periodic>, mut stop: watch::Receiver<bool>) {
+    let mut after = loop {
+        match idem.now().await {
+            Ok(now) => break now - chrono_span(p.catch_up_window()),
+            Err(e) => {
+                tracing::warn!(periodic = p.name(), error = %e, "reading the database clock failed; trying again");
+                if wait(RETRY, &mut stop).await {
+                    return;
+                }
+            }
+        }
+    };
+    while let Some(tick) = p.next_after(after) {
+        if !until(&idem, tick, &mut stop).await {
+            return;
+        }
+        if !enqueue(&idem, &p, tick, &mut stop).await {
+            return;
+        }
+        after = tick;
+    }
+    tracing::info!(periodic = p.name(), "the schedule has no more ticks");
+}
+
+/// Waits until the database's clock reaches `tick`; false when stopped first.
+async fn until(idem: &Idem, tick: Timestamp, stop: &mut watch::Receiver<bool>) -> bool {
+    loop {
+        let now = match idem.now().await {
+            Ok(now) => now,
+            Err(_) => {
+                if wait(RETRY, stop).await {
+                    return false;
+                }
+                continue;
+            }
+        };
+        let Ok(left) = (tick - now).to_std() else {
+            return true;
+        };
+        if left.is_zero() {
+            return true;
+        }
+        if wait(left, stop).await {
+            return false;
+        }
+    }
+}
+
+/// Enqueues `tick`'s job, trying again until the next tick is due; false when stopped.
+async fn enqueue(
+    idem: &Idem,
+    p: &Periodic,
+    tick: Timestamp,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let next = p.next_after(tick);
+    loop {
+        match idem.enqueue(p.job_for(tick)).await {
+            Ok(job) => {
+                tracing::debug!(periodic = p.name(), job_id = job.id, deduplicated = job.deduplicated, %tick, "tick enqueued");
+                return true;
+            }
+            Err(e) => {
+                let now = idem.now().await.ok();
+                if let (Some(now), Some(next)) = (now, next)
+                    && now >= next
+                {
+                    tracing::error!(periodic = p.name(), %tick, error = %e, "enqueueing a tick failed until the next tick was due; this tick is given up");
+                    return true;
+                }
+                tracing::warn!(periodic = p.name(), %tick, error = %e, "enqueueing a tick failed; trying again");
+                if wait(RETRY, stop).await {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps `d`; true when `stop` turned true first.
+async fn wait(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    stopped || *stop.borrow()
+}
+
+fn chrono_span(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}
