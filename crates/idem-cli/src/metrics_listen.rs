@@ -3,7 +3,7 @@
 //! job and intent gauges refreshed beside it.
 //!
 //! What must stay true: the listener is bound before the worker starts, so a taken
-//! address stops the command at once (exit 69, unavailable) instead of running a worker
+//! address stops the command at once (exit 4, unavailable) instead of running a worker
 //! nobody can see; the route has no authentication, so the address is the operator's to
 //! keep private (loopback, or a network only Prometheus reaches).
 
