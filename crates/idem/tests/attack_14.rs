@@ -1,0 +1,504 @@
+//! Attacks on issue 14's queue pause, per-kind limits and periodic jobs, through the
+//! engine: what a paused queue hands to a worker, whether local dispatch gives its slot
+//! back, and whether a periodic tick is enqueued once. A case marked `FINDING` fails
+//! on main: it is the red test of a fix.
+
+mod common;
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use common::*;
+use idem::{
+    Batch, EffectClass, Handler, Idem, Job, JobContext, JobError, JobList, JobRow, JobState,
+    ManualClock, Periodic, Timestamp, WorkerConfig,
+};
+use idem_store::{JobInsert, NewJob};
+use idem_store_tests::TestDb;
+use idem_store_tests::fixture::{assert_waits_for, job_in, spawn_started};
+use idem_store_tests::harness::within;
+use tokio::sync::mpsc;
+
+/// Reports each job it runs (id and run_at) and completes it.
+struct Record(mpsc::UnboundedSender<(i64, Timestamp)>);
+
+impl Handler for Record {
+    const KIND: &'static str = "record";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let _ = self.0.send((cx.job().id, cx.job().run_at));
+        Ok(())
+    }
+}
+
+/// In its effect transaction enqueues a `record` job into the queue named by its args
+/// (a chained job), and completes.
+struct Chain;
+
+impl Handler for Chain {
+    const KIND: &'static str = "chain";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, args: serde_json::Value) -> Result<(), JobError> {
+        let queue = args["queue"].as_str().unwrap_or("held").to_owned();
+        let mut tx = cx.begin().await?;
+        tx.enqueue(Job::new("record", serde_json::json!({})).queue(queue))
+            .await?;
+        tx.complete().await?;
+        Ok(())
+    }
+}
+
+/// A worker config over `queues` (name, concurrency), polling often, the rescuer off.
+fn config_over(queues: &[(&str, usize)]) -> WorkerConfig {
+    let mut c = config(queues[0].0, queues[0].1);
+    for (q, n) in &queues[1..] {
+        c.queues.insert((*q).to_owned(), *n);
+    }
+    c
+}
+
+fn record(n: i64) -> Job {
+    Job::new("record", serde_json::json!({ "n": n })).queue("held")
+}
+
+/// Waits for `n` runs and returns their job ids, sorted.
+async fn runs(started: &mut mpsc::UnboundedReceiver<(i64, Timestamp)>, n: usize) -> Vec<i64> {
+    let mut ran = Vec::new();
+    for _ in 0..n {
+        let (id, _) = within(30, "a job runs", started.recv()).await.unwrap();
+        ran.push(id);
+    }
+    ran.sort_unstable();
+    ran
+}
+
+/// A worker of concurrency 1 idle on a paused queue: every local enqueue (plain, with a
+/// key, enqueue_many) reserves its only slot and gets the job back unclaimed; the slot
+/// is given back each time, so after the resume the same worker drains every job, each
+/// once, and shuts down promptly.
+async fn pause_local_dispatch_gives_its_slot_back(db: &TestDb) {
+    let idem = client(db, None);
+    let (tx, mut started) = events();
+    let mut w = idem.worker(config("held", 1)).unwrap();
+    w.register(Record(tx)).unwrap();
+    let w = w.start();
+    within(30, "the worker claims once", w.ready()).await;
+    assert!(idem.pause_queue("held", None).await.unwrap());
+
+    let mut ids = vec![idem.enqueue(record(0)).await.unwrap().id];
+    ids.push(idem.enqueue(record(1).enqueue_key("k1")).await.unwrap().id);
+    let many = idem
+        .enqueue_many(vec![record(2), record(3).enqueue_key("k3"), record(4)])
+        .await
+        .unwrap();
+    ids.extend(many.iter().map(|r| r.id));
+    for id in &ids {
+        let row = job(&idem, *id).await;
+        assert_eq!(
+            (row.state, row.lease_owner.clone()),
+            (JobState::Available, None),
+            "{row:?}"
+        );
+    }
+    assert!(started.try_recv().is_err(), "nothing ran while paused");
+
+    assert!(idem.resume_queue("held").await.unwrap());
+    ids.sort_unstable();
+    assert_eq!(runs(&mut started, ids.len()).await, ids);
+    within(10, "the worker shuts down promptly", w.shutdown()).await;
+    for id in &ids {
+        let row = job(&idem, *id).await;
+        assert_eq!(
+            (row.state, row.attempt),
+            (JobState::Completed, 1),
+            "{row:?}"
+        );
+    }
+    assert!(started.try_recv().is_err(), "each job ran once");
+}
+
+/// A worker shuts down promptly while jobs of its paused queue wait, even after local
+/// enqueues reserved and gave back its slots.
+async fn pause_a_worker_shuts_down_promptly_while_jobs_wait(db: &TestDb) {
+    let idem = client(db, None);
+    let (tx, mut started) = events();
+    let mut w = idem.worker(config("held", 2)).unwrap();
+    w.register(Record(tx)).unwrap();
+    let w = w.start();
+    within(30, "the worker claims once", w.ready()).await;
+    assert!(idem.pause_queue("held", None).await.unwrap());
+    for n in 0..4 {
+        idem.enqueue(record(n)).await.unwrap();
+    }
+    within(10, "the worker shuts down promptly", w.shutdown()).await;
+    assert!(started.try_recv().is_err(), "nothing ran while paused");
+}
+
+/// A chained job enqueued in an effect transaction, a batch's children and its
+/// successor, all into a paused queue a local worker serves: none runs until the resume
+/// (a second worker's first claim, after they were written, takes none of them either).
+async fn pause_holds_chained_jobs_batch_children_and_successors(db: &TestDb) {
+    let idem = client(db, None);
+    let (tx, mut started) = events();
+    let mut w = idem
+        .worker(config_over(&[("held", 2), ("work", 2)]))
+        .unwrap();
+    w.register(Record(tx.clone())).unwrap();
+    w.register(Chain).unwrap();
+    let w = w.start();
+    within(30, "the worker claims once", w.ready()).await;
+    assert!(idem.pause_queue("held", None).await.unwrap());
+
+    let chain = idem
+        .enqueue(Job::new("chain", serde_json::json!({"queue": "held"})).queue("work"))
+        .await
+        .unwrap();
+    // Children in the paused queue; a second batch whose children run elsewhere and
+    // whose successor lands in the paused queue.
+    let held_children = idem
+        .batch(Batch::new(record(10)).children([record(11), record(12)]))
+        .await
+        .unwrap();
+    let work_children = idem
+        .batch(
+            Batch::new(record(20)).children([Job::new(
+                "chain",
+                serde_json::json!({"queue": "held"}),
+            )
+            .queue("work")
+            .enqueue_key("c2")]),
+        )
+        .await
+        .unwrap();
+    until(&idem, chain.id, "the chain job completes", |j| {
+        j.state == JobState::Completed
+    })
+    .await;
+    let waiting = within(
+        30,
+        "the chained jobs and the successor are written",
+        async {
+            loop {
+                let held = held_jobs(&idem).await;
+                // 2 children of the first batch, 2 chained jobs, the second batch's successor.
+                if held.len() >= 5 {
+                    return held;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    let mut second = idem.worker(config("held", 4)).unwrap();
+    second.register(Record(tx)).unwrap();
+    let second = second.start();
+    within(30, "the second worker claims once", second.ready()).await;
+    for j in held_jobs(&idem).await {
+        assert_eq!(j.state, JobState::Available, "{j:?}");
+    }
+    assert!(
+        started.try_recv().is_err(),
+        "nothing of held ran while paused"
+    );
+    let _ = (held_children, work_children);
+
+    assert!(idem.resume_queue("held").await.unwrap());
+    // The five that waited, then the first batch's successor once its children are done.
+    let ran = runs(&mut started, waiting.len() + 1).await;
+    assert_eq!(ran.len(), waiting.len() + 1);
+    within(10, "shutdown", w.shutdown()).await;
+    within(10, "shutdown", second.shutdown()).await;
+    assert!(started.try_recv().is_err(), "each job ran once");
+}
+
+/// The jobs of queue `held`, oldest first.
+async fn held_jobs(idem: &Idem) -> Vec<JobRow> {
+    let mut rows = idem
+        .jobs(JobList {
+            queue: Some("held".into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    rows.reverse();
+    rows
+}
+
+/// FINDING (PostgreSQL): a local enqueue with an enqueue key inserts its job claimed by
+/// the idle local worker, then waits on the key, which another transaction holds; the
+/// operator pauses the queue and `pause_queue` returns; the other transaction rolls back,
+/// the enqueue takes the key and commits, and the local worker runs the job of the
+/// paused queue. The wait is as long as the other transaction stays open, not the
+/// moment a claim statement takes.
+async fn pause_keyed_local_dispatch_waiting_on_its_key_runs_after_the_pause(db: &TestDb) {
+    let idem = client(db, None);
+    let (tx, mut started) = events();
+    let mut w = idem.worker(config("held", 1)).unwrap();
+    w.register(Record(tx)).unwrap();
+    let w = w.start();
+    within(30, "the worker claims once", w.ready()).await;
+
+    // Another producer holds key k of queue held in an open transaction.
+    let mut holder = db.store.begin().await.unwrap();
+    let held = NewJob {
+        enqueue_key: Some("k".into()),
+        ..job_in("held", "record")
+    };
+    holder
+        .job_insert(JobInsert {
+            jobs: vec![held],
+            key_window_ms: 60_000,
+            now: None,
+        })
+        .await
+        .unwrap();
+    let producer = idem.clone();
+    let racer =
+        spawn_started(async move { producer.enqueue(record(1).enqueue_key("k")).await }).await;
+    assert_waits_for(db, &mut holder, &racer).await;
+
+    assert!(idem.pause_queue("held", None).await.unwrap());
+    // From here on, the queue is paused.
+    holder.rollback().await.unwrap();
+    let enqueued = within(30, "the enqueue ends", racer)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!enqueued.deduplicated, "{enqueued:?}");
+    // Inserted claimed, the job runs in the local worker once the enqueue commits.
+    let ran = match enqueued.state {
+        JobState::Running => within(30, "the job runs", started.recv()).await,
+        _ => started.try_recv().ok(),
+    };
+    within(10, "shutdown", w.shutdown()).await;
+    assert_eq!(
+        (enqueued.state, ran),
+        (JobState::Available, None),
+        "the job of the paused queue was handed to the local worker and ran after \
+         pause_queue returned: {enqueued:?}"
+    );
+}
+
+/// A periodic job of schedule `schedule` named `name`, its `record` job in `queue`.
+fn periodic(name: &str, schedule: &str, queue: &str) -> Periodic {
+    let job = Job::new("record", serde_json::json!({})).queue(queue);
+    Periodic::new(name, schedule, job).unwrap()
+}
+
+/// A worker over `queue` running `schedules`, on `idem`'s clock; started, then shut
+/// down once its first claim ran: its tickers enqueue every tick due at start before
+/// they see the stop (the shutdown awaits them), so the ticks due are then in the store.
+async fn run_schedules(idem: &Idem, queue: &str, schedules: Vec<Periodic>) {
+    let mut w = idem.worker(config(queue, 1)).unwrap();
+    for p in schedules {
+        w.periodic(p).unwrap();
+    }
+    let w = w.start();
+    within(30, "the worker claims once", w.ready()).await;
+    within(30, "shutdown", w.shutdown()).await;
+}
+
+/// Every job of `queues`, as (run_at, queue, id), by id.
+async fn jobs_of(idem: &Idem, queues: &[&str]) -> Vec<(Timestamp, String, i64)> {
+    let mut all = Vec::new();
+    for q in queues {
+        let rows = idem
+            .jobs(JobList {
+                queue: Some((*q).to_owned()),
+                limit: 500,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        all.extend(rows.into_iter().map(|j| (j.run_at, j.queue, j.id)));
+    }
+    all.sort_by_key(|j| j.2);
+    all
+}
+
+fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> Timestamp {
+    Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap()
+}
+
+/// Two processes (clients with their own clocks, skewed by 45 s) run the same schedule,
+/// and one restarts inside the catch-up window: the tick is enqueued once.
+async fn periodic_restarts_and_skew_inside_the_catch_up_enqueue_a_tick_once(db: &TestDb) {
+    let midnight = utc(2030, 6, 1, 0, 0, 0);
+    let early = ManualClock::new(midnight + chrono::Duration::seconds(5));
+    let late = ManualClock::new(midnight + chrono::Duration::seconds(50));
+    let a = client(db, Some(std::sync::Arc::new(early.clone())));
+    let b = client(db, Some(std::sync::Arc::new(late)));
+    let nightly = || periodic("nightly", "0 0 * * *", "cron");
+    run_schedules(&a, "elsewhere", vec![nightly()]).await;
+    run_schedules(&b, "elsewhere", vec![nightly()]).await;
+    early.advance(Duration::from_secs(30));
+    run_schedules(&a, "elsewhere", vec![nightly()]).await;
+    let jobs = jobs_of(&a, &["cron"]).await;
+    assert_eq!(jobs.len(), 1, "{jobs:?}");
+    assert_eq!(jobs[0].0, midnight);
+}
+
+/// FINDING: a deploy moves a periodic job to another queue and keeps its name (as the
+/// docs ask); while old and new workers overlap, each tick is enqueued twice: the
+/// tick's enqueue key is only unique within a queue.
+async fn periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice(db: &TestDb) {
+    let midnight = utc(2030, 6, 1, 0, 0, 0);
+    let clock = ManualClock::new(midnight + chrono::Duration::seconds(30));
+    let old = client(db, Some(std::sync::Arc::new(clock.clone())));
+    let new = client(db, Some(std::sync::Arc::new(clock)));
+    run_schedules(
+        &old,
+        "elsewhere",
+        vec![periodic("nightly", "0 0 * * *", "cron-a")],
+    )
+    .await;
+    run_schedules(
+        &new,
+        "elsewhere",
+        vec![periodic("nightly", "0 0 * * *", "cron-b")],
+    )
+    .await;
+    let jobs = jobs_of(&old, &["cron-a", "cron-b"]).await;
+    assert_eq!(
+        jobs.len(),
+        1,
+        "tick {midnight} of periodic \"nightly\" was enqueued more than once: {jobs:?}"
+    );
+}
+
+/// FINDING: the same name registered with another schedule (two deploys, or two
+/// processes configured differently) is accepted without a word, and both schedules
+/// tick: within one minute a name whose schedules each tick once a minute got two jobs.
+async fn periodic_a_name_with_two_schedules_is_not_detected(db: &TestDb) {
+    let minute = utc(2030, 6, 1, 0, 0, 0);
+    let clock = ManualClock::new(minute + chrono::Duration::seconds(59));
+    let a = client(db, Some(std::sync::Arc::new(clock.clone())));
+    let b = client(db, Some(std::sync::Arc::new(clock)));
+    run_schedules(
+        &a,
+        "elsewhere",
+        vec![periodic("report", "0 * * * * *", "cron")],
+    )
+    .await;
+    run_schedules(
+        &b,
+        "elsewhere",
+        vec![periodic("report", "30 * * * * *", "cron")],
+    )
+    .await;
+    let jobs = jobs_of(&a, &["cron"]).await;
+    assert_eq!(
+        jobs.len(),
+        1,
+        "periodic \"report\" ran two schedules side by side (one job a minute each): \
+         {jobs:?}"
+    );
+}
+
+/// FINDING: a catch-up window longer than the enqueue-key window is accepted; a worker
+/// restarting later than the key window after a tick's job ran (but inside its
+/// catch-up) enqueues that tick again: its key lapsed and its job finished.
+async fn periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice(db: &TestDb) {
+    let d0 = utc(2030, 6, 1, 0, 0, 0);
+    let clock = ManualClock::new(d0 + chrono::Duration::minutes(1));
+    let idem = client(db, Some(std::sync::Arc::new(clock.clone())));
+    let key_window = idem.retention().enqueue_keys;
+    let catch_up = key_window + Duration::from_secs(86_400);
+    let nightly = || periodic("nightly", "0 0 * * *", "cron").catch_up(catch_up);
+
+    // First run: the worker catches up and runs the ticks of its window, d0 among them.
+    let (tx, mut started) = events();
+    let mut w = idem.worker(config("cron", 1)).unwrap();
+    w.register(Record(tx)).unwrap();
+    w.periodic(nightly()).unwrap();
+    let w = w.start();
+    let mut first_d0 = None;
+    within(30, "tick d0 runs", async {
+        while first_d0.is_none() {
+            let (id, run_at) = started.recv().await.unwrap();
+            if run_at == d0 {
+                first_d0 = Some(id);
+            }
+        }
+    })
+    .await;
+    let first_d0 = first_d0.unwrap();
+    until(&idem, first_d0, "tick d0's job completes", |j| {
+        j.state == JobState::Completed
+    })
+    .await;
+    within(30, "shutdown", w.shutdown()).await;
+
+    // Restart an hour after the key window of d0's job ran out, inside the catch-up.
+    clock.advance(key_window + Duration::from_secs(3600));
+    let restart = clock.get();
+    assert!(restart - chrono::Duration::from_std(catch_up).unwrap() < d0);
+    run_schedules(&idem, "elsewhere", vec![nightly()]).await;
+    let again: Vec<_> = jobs_of(&idem, &["cron"])
+        .await
+        .into_iter()
+        .filter(|(run_at, _, id)| *run_at == d0 && *id != first_d0)
+        .collect();
+    assert!(
+        again.is_empty(),
+        "tick {d0} ran (job {first_d0}) and was enqueued again at {restart}: {again:?} \
+         (catch-up {catch_up:?} > enqueue-key window {key_window:?})"
+    );
+}
+
+/// Declares each named case on `$backend`, ignored with its finding: the red tests of
+/// fixes, run with `--ignored`.
+macro_rules! findings {
+    ($module:ident, $backend:ident; $($case:ident => $why:literal),+ $(,)?) => {
+        mod $module {
+            $(
+                #[idem_store_tests::__private::tokio::test(
+                    flavor = "multi_thread",
+                    worker_threads = 2,
+                    crate = "::idem_store_tests::__private::tokio"
+                )]
+                #[ignore = $why]
+                async fn $case() {
+                    idem_store_tests::harness::run_case(
+                        idem_store_tests::Backend::$backend,
+                        stringify!($case),
+                        super::$case,
+                    )
+                    .await;
+                }
+            )+
+        }
+    };
+}
+
+idem_store_tests::store_cases!(
+    pause_local_dispatch_gives_its_slot_back,
+    pause_a_worker_shuts_down_promptly_while_jobs_wait,
+    pause_holds_chained_jobs_batch_children_and_successors,
+    periodic_restarts_and_skew_inside_the_catch_up_enqueue_a_tick_once,
+);
+
+findings!(finding_sqlite, Sqlite;
+    periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice =>
+        "FINDING: a tick's enqueue key is unique per queue, so a periodic job moved to another queue under the same name is enqueued twice per tick",
+    periodic_a_name_with_two_schedules_is_not_detected =>
+        "FINDING: one name registered with two schedules runs both, without an error",
+    periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice =>
+        "FINDING: a catch-up window longer than retention.enqueue_keys is accepted and re-enqueues ticks that ran",
+);
+
+findings!(finding_postgres, Postgres;
+    periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice =>
+        "FINDING: a tick's enqueue key is unique per queue, so a periodic job moved to another queue under the same name is enqueued twice per tick",
+    periodic_a_name_with_two_schedules_is_not_detected =>
+        "FINDING: one name registered with two schedules runs both, without an error",
+    periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice =>
+        "FINDING: a catch-up window longer than retention.enqueue_keys is accepted and re-enqueues ticks that ran",
+    pause_keyed_local_dispatch_waiting_on_its_key_runs_after_the_pause =>
+        "FINDING: a keyed local enqueue waiting on its key commits its claim after pause_queue returned, and the job runs",
+);
