@@ -3,10 +3,10 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    batch::*, batch_attack::*, counter::*, effect::*, enqueue_key::*, http_key::*, intent::*,
-    intent_attack::*, intent_race::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*,
-    job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, principal::*,
-    purge::*, queue_pause::*, tx::*,
+    attack_pause::*, batch::*, batch_attack::*, counter::*, effect::*, enqueue_key::*, http_key::*,
+    intent::*, intent_attack::*, intent_race::*, job_cancel::*, job_claim::*, job_dead::*,
+    job_finish::*, job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*,
+    principal::*, purge::*, queue_pause::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -55,6 +55,9 @@ idem_store_tests::store_cases!(
     // queue_pause
     queue_pause_stops_claims_until_resumed,
     queue_pause_inserts_a_local_claim_unclaimed,
+    // attack_pause
+    attack_pause_one_insert_claims_only_the_unpaused_queues,
+    attack_pause_rescued_and_failed_jobs_wait_for_the_resume,
     // job_lease: heartbeat and lock
     heartbeat_extends_only_current_leases,
     heartbeat_of_no_leases_is_a_no_op,
@@ -254,3 +257,15 @@ idem_store_tests::postgres_cases!(
     batch_attack_purge_racing_a_reopened_childs_completion_does_not_deadlock,
     batch_attack_fan_out_add_then_complete_in_one_tx_does_not_deadlock,
 );
+
+/// FINDING (run with `--ignored`): the red test of a fix; see the case's docs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "FINDING: a keyed local claim waiting on its key commits claimed after the pause"]
+async fn finding_attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause() {
+    idem_store_tests::harness::run_case(
+        idem_store_tests::Backend::Postgres,
+        "attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause",
+        attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause,
+    )
+    .await;
+}
