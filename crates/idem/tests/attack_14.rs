@@ -451,6 +451,152 @@ async fn periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice(db
     );
 }
 
+/// Its kind's timeout is 300 ms. In one effect transaction: writes the effect row (its
+/// key new), then updates the test's `gate` row (which the test may hold locked), then
+/// completes the job.
+struct GatedEffect(mpsc::UnboundedSender<i32>);
+
+impl Handler for GatedEffect {
+    const KIND: &'static str = "gated";
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = serde_json::Value;
+
+    async fn run(&self, cx: &mut JobContext, _: serde_json::Value) -> Result<(), JobError> {
+        let _ = self.0.send(cx.job().attempt);
+        let lease = cx.lease();
+        let mut tx = cx.begin().await?;
+        write_effect(&mut tx, lease, "w").await?;
+        tx.execute("UPDATE gate SET n = n + 1 WHERE id = 1", &[])
+            .await?;
+        tx.complete().await?;
+        Ok(())
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(Duration::from_millis(300))
+    }
+}
+
+/// A job of kind `gated` whose attempt 1 waits on the `gate` row the returned
+/// transaction holds locked, after it wrote its effect row, until its kind's timeout
+/// fired and the failure was recorded (the job retryable); attempts are reported.
+async fn gated_attempt_timed_out(
+    db: &TestDb,
+    idem: &Idem,
+) -> (
+    Box<dyn idem::StoreTx>,
+    mpsc::UnboundedReceiver<i32>,
+    idem::WorkerHandle,
+    i64,
+) {
+    create_effect_table(idem).await;
+    let mut setup = idem.begin().await.unwrap();
+    setup
+        .execute(
+            "CREATE TABLE gate (id INT PRIMARY KEY, n INT NOT NULL)",
+            &[],
+        )
+        .await
+        .unwrap();
+    setup
+        .execute("INSERT INTO gate VALUES (1, 0)", &[])
+        .await
+        .unwrap();
+    setup.commit().await.unwrap();
+    let mut holder = db.store.begin().await.unwrap();
+    holder
+        .query("SELECT n FROM gate WHERE id = 1 FOR UPDATE", &[])
+        .await
+        .unwrap();
+    let (tx, mut attempts) = events();
+    let mut cfg = immediate_retries("q", 1).lease(Duration::from_secs(60));
+    cfg.job_timeout = Duration::from_secs(60);
+    let mut w = idem.worker(cfg).unwrap();
+    w.register(GatedEffect(tx)).unwrap();
+    let w = w.start();
+    let id = idem
+        .enqueue(Job::new("gated", serde_json::json!({})).queue("q"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(within(30, "attempt 1", attempts.recv()).await, Some(1));
+    within(30, "attempt 1 waits on the gate", async {
+        idem_store_tests::fixture::pg_wait_until_blocked_by(db, &mut holder).await
+    })
+    .await;
+    let row = until(idem, id, "attempt 1's timeout is recorded", |j| {
+        j.state == JobState::Retryable
+    })
+    .await;
+    let error = row.last_error.unwrap_or_default();
+    assert!(error.contains("the timeout of its kind"), "{error}");
+    (holder, attempts, w, id)
+}
+
+/// PostgreSQL: a kind's timeout stops an attempt whose effect transaction waits on a row
+/// lock after it wrote its effect row: once the lock is released nothing of that attempt
+/// commits (the effect row, its key, the gate's update), and the next attempt writes
+/// the effect once and completes at once.
+async fn limits_a_kind_timeout_inside_a_waiting_effect_commits_nothing(db: &TestDb) {
+    let idem = client(db, None);
+    let (holder, mut attempts, w, id) = gated_attempt_timed_out(db, &idem).await;
+    holder.rollback().await.unwrap();
+    assert_eq!(within(30, "attempt 2", attempts.recv()).await, Some(2));
+    let row = until(&idem, id, "completed", |j| j.state == JobState::Completed).await;
+    within(30, "shutdown", w.shutdown()).await;
+    assert_eq!((row.attempt, row.fence), (2, 2), "{row:?}");
+    assert!(attempts.try_recv().is_err(), "no third attempt");
+    assert_eq!(effects(&idem).await, vec![(id, 2, "w".to_owned())]);
+    let gate = idem
+        .store()
+        .query("SELECT n FROM gate WHERE id = 1", &[])
+        .await
+        .unwrap();
+    assert_eq!(
+        gate[0][0].as_i64(),
+        Some(1),
+        "attempt 1's update rolled back"
+    );
+}
+
+/// FINDING (PostgreSQL): a kind's timeout drops the attempt's future but not its
+/// statement on the server: the timed-out effect transaction stays open as long as the
+/// lock it waits on is held, keeping the job's row share-locked, and every claim skips
+/// the row (FOR UPDATE SKIP LOCKED). The job reads retryable yet no worker can retry it,
+/// for as long as that other transaction runs.
+async fn limits_a_timed_out_attempt_waiting_on_a_lock_keeps_its_retry_unclaimable(db: &TestDb) {
+    let idem = client(db, None);
+    let (holder, mut attempts, w, _) = gated_attempt_timed_out(db, &idem).await;
+    let second = within(10, "attempt 2 starts while the gate is still held", async {
+        attempts.recv().await
+    })
+    .await;
+    holder.rollback().await.unwrap();
+    within(30, "shutdown", w.shutdown()).await;
+    assert_eq!(second, Some(2));
+}
+
+/// The HTTP worker protocol's claim (`POST /v1/claims`) takes nothing from a paused
+/// queue, and takes its jobs once resumed.
+async fn pause_the_worker_protocol_claims_nothing_while_paused(db: &TestDb) {
+    let idem = client(db, None);
+    let protocol = idem::WorkerProtocol::new(idem.clone(), config("held", 1)).unwrap();
+    let id = idem.enqueue(record(1)).await.unwrap().id;
+    assert!(idem.pause_queue("held", Some("ops")).await.unwrap());
+    let claim = || idem::ProtocolClaim {
+        queue: "held".into(),
+        kinds: vec!["record".into()],
+        limit: 10,
+        lease_ms: None,
+        worker: "remote".into(),
+        principal: None,
+    };
+    assert!(protocol.claim(claim()).await.unwrap().is_empty());
+    assert!(idem.resume_queue("held").await.unwrap());
+    let taken = protocol.claim(claim()).await.unwrap();
+    assert_eq!(taken.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
+}
+
 /// Declares each named case on `$backend`, ignored with its finding: the red tests of
 /// fixes, run with `--ignored`.
 macro_rules! findings {
@@ -480,6 +626,7 @@ idem_store_tests::store_cases!(
     pause_local_dispatch_gives_its_slot_back,
     pause_a_worker_shuts_down_promptly_while_jobs_wait,
     pause_holds_chained_jobs_batch_children_and_successors,
+    pause_the_worker_protocol_claims_nothing_while_paused,
     periodic_restarts_and_skew_inside_the_catch_up_enqueue_a_tick_once,
 );
 
@@ -499,6 +646,10 @@ findings!(finding_postgres, Postgres;
         "FINDING: one name registered with two schedules runs both, without an error",
     periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice =>
         "FINDING: a catch-up window longer than retention.enqueue_keys is accepted and re-enqueues ticks that ran",
+    limits_a_timed_out_attempt_waiting_on_a_lock_keeps_its_retry_unclaimable =>
+        "FINDING: a timed-out attempt's statement keeps running on the server and keeps its job's row locked, so the retry cannot be claimed",
     pause_keyed_local_dispatch_waiting_on_its_key_runs_after_the_pause =>
         "FINDING: a keyed local enqueue waiting on its key commits its claim after pause_queue returned, and the job runs",
 );
+
+idem_store_tests::postgres_cases!(limits_a_kind_timeout_inside_a_waiting_effect_commits_nothing);
