@@ -307,15 +307,21 @@ async fn run_schedules(idem: &Idem, queue: &str, schedules: Vec<Periodic>) {
 async fn jobs_of(idem: &Idem, queues: &[&str]) -> Vec<(Timestamp, String, i64)> {
     let mut all = Vec::new();
     for q in queues {
-        let rows = idem
-            .jobs(JobList {
-                queue: Some((*q).to_owned()),
-                limit: 500,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        all.extend(rows.into_iter().map(|j| (j.run_at, j.queue, j.id)));
+        let mut before_id = None;
+        loop {
+            let page = idem
+                .jobs(JobList {
+                    queue: Some((*q).to_owned()),
+                    limit: 500,
+                    before_id,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let Some(last) = page.last() else { break };
+            before_id = Some(last.id);
+            all.extend(page.into_iter().map(|j| (j.run_at, j.queue, j.id)));
+        }
     }
     all.sort_by_key(|j| j.2);
     all
@@ -448,6 +454,48 @@ async fn periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice(db
         again.is_empty(),
         "tick {d0} ran (job {first_d0}) and was enqueued again at {restart}: {again:?} \
          (catch-up {catch_up:?} > enqueue-key window {key_window:?})"
+    );
+}
+
+/// FINDING (design): a worker that keeps running across a stall of its process (a
+/// suspended VM, a long pause) enqueues every tick it missed, however many, while a
+/// worker that restarts after the same gap enqueues only the ticks inside its catch-up
+/// window (one minute): after ten minutes, an every-second schedule floods its queue
+/// with 600 jobs at once.
+async fn periodic_a_stalled_worker_enqueues_every_missed_tick(db: &TestDb) {
+    let start = utc(2030, 6, 1, 0, 0, 0);
+    let clock = ManualClock::new(start);
+    let idem = client(db, Some(std::sync::Arc::new(clock.clone())));
+    let every_second = periodic("pulse", "* * * * * *", "cron");
+    let mut w = idem.worker(config("elsewhere", 1)).unwrap();
+    w.periodic(every_second.clone()).unwrap();
+    let w = w.start();
+    within(30, "the worker claims once", w.ready()).await;
+    // The process stalls for ten minutes: its clock jumps.
+    clock.advance(Duration::from_secs(600));
+    let last = start + chrono::Duration::seconds(600);
+    within(60, "the ticker reaches the tick of now", async {
+        loop {
+            let rows = jobs_of(&idem, &["cron"]).await;
+            if rows.iter().any(|(run_at, _, _)| *run_at == last) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    within(30, "shutdown", w.shutdown()).await;
+    let catch_up = idem::cron::DEFAULT_CATCH_UP.as_secs() as usize;
+    // Ticks after the start (the start's own catch-up enqueued those before it).
+    let enqueued = jobs_of(&idem, &["cron"])
+        .await
+        .into_iter()
+        .filter(|(run_at, _, _)| *run_at > start)
+        .count();
+    assert!(
+        enqueued <= catch_up + 1,
+        "after a stall of 600 s the ticker enqueued {enqueued} ticks at once; a restart \
+         would have enqueued at most the {catch_up} of its catch-up window"
     );
 }
 
@@ -631,6 +679,8 @@ idem_store_tests::store_cases!(
 );
 
 findings!(finding_sqlite, Sqlite;
+    periodic_a_stalled_worker_enqueues_every_missed_tick =>
+        "FINDING (design): a running worker after a stall enqueues every missed tick, unbounded by the catch-up window",
     periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice =>
         "FINDING: a tick's enqueue key is unique per queue, so a periodic job moved to another queue under the same name is enqueued twice per tick",
     periodic_a_name_with_two_schedules_is_not_detected =>
@@ -640,6 +690,8 @@ findings!(finding_sqlite, Sqlite;
 );
 
 findings!(finding_postgres, Postgres;
+    periodic_a_stalled_worker_enqueues_every_missed_tick =>
+        "FINDING (design): a running worker after a stall enqueues every missed tick, unbounded by the catch-up window",
     periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice =>
         "FINDING: a tick's enqueue key is unique per queue, so a periodic job moved to another queue under the same name is enqueued twice per tick",
     periodic_a_name_with_two_schedules_is_not_detected =>
