@@ -65,6 +65,23 @@ fn record(n: i64) -> Job {
     Job::new("record", serde_json::json!({ "n": n })).queue("held")
 }
 
+/// A started worker of `cfg` running `record` jobs (reported on the returned channel),
+/// once its first claim ran.
+async fn recording_worker(
+    idem: &Idem,
+    cfg: WorkerConfig,
+) -> (
+    idem::WorkerHandle,
+    mpsc::UnboundedReceiver<(i64, Timestamp)>,
+) {
+    let (tx, started) = events();
+    let mut w = idem.worker(cfg).unwrap();
+    w.register(Record(tx)).unwrap();
+    let w = w.start();
+    within(30, "the worker claims once", w.ready()).await;
+    (w, started)
+}
+
 /// Waits for `n` runs and returns their job ids, sorted.
 async fn runs(started: &mut mpsc::UnboundedReceiver<(i64, Timestamp)>, n: usize) -> Vec<i64> {
     let mut ran = Vec::new();
@@ -82,11 +99,7 @@ async fn runs(started: &mut mpsc::UnboundedReceiver<(i64, Timestamp)>, n: usize)
 /// once, and shuts down promptly.
 async fn pause_local_dispatch_gives_its_slot_back(db: &TestDb) {
     let idem = client(db, None);
-    let (tx, mut started) = events();
-    let mut w = idem.worker(config("held", 1)).unwrap();
-    w.register(Record(tx)).unwrap();
-    let w = w.start();
-    within(30, "the worker claims once", w.ready()).await;
+    let (w, mut started) = recording_worker(&idem, config("held", 1)).await;
     assert!(idem.pause_queue("held", None).await.unwrap());
 
     let mut ids = vec![idem.enqueue(record(0)).await.unwrap().id];
@@ -110,26 +123,20 @@ async fn pause_local_dispatch_gives_its_slot_back(db: &TestDb) {
     ids.sort_unstable();
     assert_eq!(runs(&mut started, ids.len()).await, ids);
     within(10, "the worker shuts down promptly", w.shutdown()).await;
-    for id in &ids {
-        let row = job(&idem, *id).await;
-        assert_eq!(
-            (row.state, row.attempt),
-            (JobState::Completed, 1),
-            "{row:?}"
-        );
-    }
     assert!(started.try_recv().is_err(), "each job ran once");
+    let rows = held_jobs(&idem).await;
+    let done = |j: &JobRow| j.state == JobState::Completed && j.attempt == 1;
+    assert!(
+        rows.iter().all(done),
+        "a slot taken spent no attempt: {rows:?}"
+    );
 }
 
 /// A worker shuts down promptly while jobs of its paused queue wait, even after local
 /// enqueues reserved and gave back its slots.
 async fn pause_a_worker_shuts_down_promptly_while_jobs_wait(db: &TestDb) {
     let idem = client(db, None);
-    let (tx, mut started) = events();
-    let mut w = idem.worker(config("held", 2)).unwrap();
-    w.register(Record(tx)).unwrap();
-    let w = w.start();
-    within(30, "the worker claims once", w.ready()).await;
+    let (w, mut started) = recording_worker(&idem, config("held", 2)).await;
     assert!(idem.pause_queue("held", None).await.unwrap());
     for n in 0..4 {
         idem.enqueue(record(n)).await.unwrap();
@@ -237,11 +244,7 @@ async fn held_jobs(idem: &Idem) -> Vec<JobRow> {
 /// moment a claim statement takes.
 async fn pause_keyed_local_dispatch_waiting_on_its_key_runs_after_the_pause(db: &TestDb) {
     let idem = client(db, None);
-    let (tx, mut started) = events();
-    let mut w = idem.worker(config("held", 1)).unwrap();
-    w.register(Record(tx)).unwrap();
-    let w = w.start();
-    within(30, "the worker claims once", w.ready()).await;
+    let (w, mut started) = recording_worker(&idem, config("held", 1)).await;
 
     // Another producer holds key k of queue held in an open transaction.
     let mut holder = db.store.begin().await.unwrap();
@@ -349,27 +352,32 @@ async fn periodic_restarts_and_skew_inside_the_catch_up_enqueue_a_tick_once(db: 
     assert_eq!(jobs[0].0, midnight);
 }
 
+/// Two processes (clients on one clock standing at `now`) each start a worker with one
+/// schedule, one after the other; every job of `queues` then.
+async fn two_processes_run(
+    db: &TestDb,
+    now: Timestamp,
+    first: Periodic,
+    second: Periodic,
+    queues: &[&str],
+) -> Vec<(Timestamp, String, i64)> {
+    let clock = std::sync::Arc::new(ManualClock::new(now));
+    for p in [first, second] {
+        let process = client(db, Some(clock.clone()));
+        run_schedules(&process, "elsewhere", vec![p]).await;
+    }
+    jobs_of(&client(db, None), queues).await
+}
+
 /// FINDING: a deploy moves a periodic job to another queue and keeps its name (as the
 /// docs ask); while old and new workers overlap, each tick is enqueued twice: the
 /// tick's enqueue key is only unique within a queue.
 async fn periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice(db: &TestDb) {
     let midnight = utc(2030, 6, 1, 0, 0, 0);
-    let clock = ManualClock::new(midnight + chrono::Duration::seconds(30));
-    let old = client(db, Some(std::sync::Arc::new(clock.clone())));
-    let new = client(db, Some(std::sync::Arc::new(clock)));
-    run_schedules(
-        &old,
-        "elsewhere",
-        vec![periodic("nightly", "0 0 * * *", "cron-a")],
-    )
-    .await;
-    run_schedules(
-        &new,
-        "elsewhere",
-        vec![periodic("nightly", "0 0 * * *", "cron-b")],
-    )
-    .await;
-    let jobs = jobs_of(&old, &["cron-a", "cron-b"]).await;
+    let old = periodic("nightly", "0 0 * * *", "cron-a");
+    let new = periodic("nightly", "0 0 * * *", "cron-b");
+    let now = midnight + chrono::Duration::seconds(30);
+    let jobs = two_processes_run(db, now, old, new, &["cron-a", "cron-b"]).await;
     assert_eq!(
         jobs.len(),
         1,
@@ -381,23 +389,10 @@ async fn periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice(db: &T
 /// processes configured differently) is accepted without a word, and both schedules
 /// tick: within one minute a name whose schedules each tick once a minute got two jobs.
 async fn periodic_a_name_with_two_schedules_is_not_detected(db: &TestDb) {
-    let minute = utc(2030, 6, 1, 0, 0, 0);
-    let clock = ManualClock::new(minute + chrono::Duration::seconds(59));
-    let a = client(db, Some(std::sync::Arc::new(clock.clone())));
-    let b = client(db, Some(std::sync::Arc::new(clock)));
-    run_schedules(
-        &a,
-        "elsewhere",
-        vec![periodic("report", "0 * * * * *", "cron")],
-    )
-    .await;
-    run_schedules(
-        &b,
-        "elsewhere",
-        vec![periodic("report", "30 * * * * *", "cron")],
-    )
-    .await;
-    let jobs = jobs_of(&a, &["cron"]).await;
+    let at_zero = periodic("report", "0 * * * * *", "cron");
+    let at_thirty = periodic("report", "30 * * * * *", "cron");
+    let now = utc(2030, 6, 1, 0, 0, 59);
+    let jobs = two_processes_run(db, now, at_zero, at_thirty, &["cron"]).await;
     assert_eq!(
         jobs.len(),
         1,
@@ -645,10 +640,18 @@ async fn pause_the_worker_protocol_claims_nothing_while_paused(db: &TestDb) {
     assert_eq!(taken.iter().map(|j| j.id).collect::<Vec<_>>(), vec![id]);
 }
 
-/// Declares each named case on `$backend`, ignored with its finding: the red tests of
-/// fixes, run with `--ignored`.
+/// Declares each finding ignored with its reason, the `both` ones on SQLite and
+/// PostgreSQL (`finding_sqlite::`, `finding_postgres::`), the `postgres` ones on
+/// PostgreSQL only: the red tests of fixes, run with `--ignored`.
 macro_rules! findings {
-    ($module:ident, $backend:ident; $($case:ident => $why:literal),+ $(,)?) => {
+    (
+        both { $($case:ident => $why:literal),+ $(,)? }
+        postgres { $($pg:ident => $pg_why:literal),+ $(,)? }
+    ) => {
+        findings!(@module finding_sqlite, Sqlite; $($case => $why),+);
+        findings!(@module finding_postgres, Postgres; $($case => $why,)+ $($pg => $pg_why),+);
+    };
+    (@module $module:ident, $backend:ident; $($case:ident => $why:literal),+) => {
         mod $module {
             $(
                 #[idem_store_tests::__private::tokio::test(
@@ -678,30 +681,23 @@ idem_store_tests::store_cases!(
     periodic_restarts_and_skew_inside_the_catch_up_enqueue_a_tick_once,
 );
 
-findings!(finding_sqlite, Sqlite;
-    periodic_a_stalled_worker_enqueues_every_missed_tick =>
-        "FINDING (design): a running worker after a stall enqueues every missed tick, unbounded by the catch-up window",
-    periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice =>
-        "FINDING: a tick's enqueue key is unique per queue, so a periodic job moved to another queue under the same name is enqueued twice per tick",
-    periodic_a_name_with_two_schedules_is_not_detected =>
-        "FINDING: one name registered with two schedules runs both, without an error",
-    periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice =>
-        "FINDING: a catch-up window longer than retention.enqueue_keys is accepted and re-enqueues ticks that ran",
-);
-
-findings!(finding_postgres, Postgres;
-    periodic_a_stalled_worker_enqueues_every_missed_tick =>
-        "FINDING (design): a running worker after a stall enqueues every missed tick, unbounded by the catch-up window",
-    periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice =>
-        "FINDING: a tick's enqueue key is unique per queue, so a periodic job moved to another queue under the same name is enqueued twice per tick",
-    periodic_a_name_with_two_schedules_is_not_detected =>
-        "FINDING: one name registered with two schedules runs both, without an error",
-    periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice =>
-        "FINDING: a catch-up window longer than retention.enqueue_keys is accepted and re-enqueues ticks that ran",
-    limits_a_timed_out_attempt_waiting_on_a_lock_keeps_its_retry_unclaimable =>
-        "FINDING: a timed-out attempt's statement keeps running on the server and keeps its job's row locked, so the retry cannot be claimed",
-    pause_keyed_local_dispatch_waiting_on_its_key_runs_after_the_pause =>
-        "FINDING: a keyed local enqueue waiting on its key commits its claim after pause_queue returned, and the job runs",
-);
+findings! {
+    both {
+        periodic_a_stalled_worker_enqueues_every_missed_tick =>
+            "FINDING (design): a running worker after a stall enqueues every missed tick, unbounded by the catch-up window",
+        periodic_a_schedule_moved_to_another_queue_enqueues_a_tick_twice =>
+            "FINDING: a tick's enqueue key is unique per queue, so a periodic job moved to another queue under the same name is enqueued twice per tick",
+        periodic_a_name_with_two_schedules_is_not_detected =>
+            "FINDING: one name registered with two schedules runs both, without an error",
+        periodic_a_catch_up_longer_than_the_key_window_enqueues_a_tick_twice =>
+            "FINDING: a catch-up window longer than retention.enqueue_keys is accepted and re-enqueues ticks that ran",
+    }
+    postgres {
+        limits_a_timed_out_attempt_waiting_on_a_lock_keeps_its_retry_unclaimable =>
+            "FINDING: a timed-out attempt's statement keeps running on the server and keeps its job's row locked, so the retry cannot be claimed",
+        pause_keyed_local_dispatch_waiting_on_its_key_runs_after_the_pause =>
+            "FINDING: a keyed local enqueue waiting on its key commits its claim after pause_queue returned, and the job runs",
+    }
+}
 
 idem_store_tests::postgres_cases!(limits_a_kind_timeout_inside_a_waiting_effect_commits_nothing);
