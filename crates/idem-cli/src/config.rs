@@ -28,6 +28,13 @@
 //! intents = "3d"
 //! finished_jobs = "3d"
 //! dead_jobs = "7d"
+//! [[periodic]]                 # a job enqueued at every tick of a cron schedule (UTC)
+//! name = "nightly-ping"        # stable: each tick's enqueue key is cron:{name}:{tick}
+//! schedule = "0 3 * * *"       # five fields, or six with seconds first
+//! kind = "http"
+//! queue = "default"            # optional
+//! args = { url = "https://example.com/ping" }
+//! catch_up = "1m"              # optional: a worker starting this long after a tick enqueues it
 //! ```
 //!
 //! Parsing only checks each value on its own; [`CliConfig::check`] applies the library's
@@ -49,6 +56,20 @@ use serde::Deserialize;
 use crate::exit::{Exit, OrExit};
 use crate::output::{Format, print_json};
 
+/// The `[[periodic]]` entries, each checked, names unique.
+fn periodic(entries: Vec<PeriodicToml>) -> anyhow::Result<Vec<PeriodicToml>> {
+    for (i, e) in entries.iter().enumerate() {
+        e.build()?;
+        if entries[..i].iter().any(|o| o.name == e.name) {
+            bail!(
+                "[[periodic]] {:?} is named twice; give each schedule its own name",
+                e.name
+            );
+        }
+    }
+    Ok(entries)
+}
+
 /// The file read when no `--config` is given, if it exists.
 pub const DEFAULT_CONFIG_FILE: &str = "idem.toml";
 
@@ -66,6 +87,58 @@ pub struct CliConfig {
     pub retention: Retention,
     /// `[[api.tokens]]`: the bearer tokens of `idem serve`, each naming a principal.
     pub api_tokens: Vec<ApiToken>,
+    /// `[[periodic]]`: jobs that `idem worker` and `idem serve` enqueue on a schedule.
+    pub periodic: Vec<PeriodicToml>,
+}
+
+/// One `[[periodic]]` entry, checked when the file is parsed ([`PeriodicToml::build`]).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeriodicToml {
+    /// The schedule's name, in each tick's enqueue key.
+    pub name: String,
+    /// The cron schedule (UTC).
+    pub schedule: String,
+    /// The job's kind.
+    pub kind: String,
+    /// The job's queue (default `default`).
+    pub queue: Option<String>,
+    /// The job's args (default `{}`).
+    pub args: Option<toml::Value>,
+    /// The job's priority.
+    pub priority: Option<i16>,
+    /// The job's attempts.
+    pub max_attempts: Option<i32>,
+    /// How far back a starting worker looks for a missed tick (default 1m).
+    pub catch_up: Option<String>,
+}
+
+impl PeriodicToml {
+    /// The schedule, or an error naming the entry and what is wrong.
+    pub fn build(&self) -> anyhow::Result<idem::Periodic> {
+        let what = format!("[[periodic]] {:?}", self.name);
+        let args = match &self.args {
+            Some(v) => serde_json::to_value(v).with_context(|| format!("{what}: args"))?,
+            None => serde_json::json!({}),
+        };
+        let mut job = idem::Job::new(self.kind.clone(), args);
+        if let Some(q) = &self.queue {
+            job = job.queue(q.clone());
+        }
+        if let Some(p) = self.priority {
+            job = job.priority(p);
+        }
+        if let Some(n) = self.max_attempts {
+            job = job.max_attempts(n);
+        }
+        // Zero is allowed here: no catch-up.
+        let catch_up = match &self.catch_up {
+            Some(text) => parse_duration(&format!("periodic.{}.catch_up", self.name), text)?,
+            None => idem::cron::DEFAULT_CATCH_UP,
+        };
+        let p = idem::Periodic::new(&self.name, &self.schedule, job).with_context(|| what)?;
+        Ok(p.catch_up(catch_up))
+    }
 }
 
 /// One `[[api.tokens]]` entry: a principal and where its token is. The token itself may
@@ -96,6 +169,8 @@ struct FileToml {
     retention: RetentionToml,
     #[serde(default)]
     api: ApiToml,
+    #[serde(default)]
+    periodic: Vec<PeriodicToml>,
 }
 
 #[derive(Deserialize, Default)]
@@ -213,7 +288,13 @@ impl CliConfig {
             worker,
             retention: retention(&file.retention)?,
             api_tokens: file.api.tokens,
+            periodic: periodic(file.periodic)?,
         })
+    }
+
+    /// The schedules of `[[periodic]]`.
+    pub fn schedules(&self) -> anyhow::Result<Vec<idem::Periodic>> {
+        self.periodic.iter().map(PeriodicToml::build).collect()
     }
 
     /// The worst-case retry horizon over every ladder ([`WorkerConfig::horizon`]).
@@ -621,6 +702,28 @@ dead_jobs = "7d"
         assert_eq!(c.retention, Retention::default());
         c.check().unwrap();
         assert_eq!(c.horizon(), CliConfig::default().horizon());
+    }
+
+    #[test]
+    fn periodic_entries_are_checked_when_parsed() {
+        let entry = "[[periodic]]\nname = \"p\"\nschedule = \"0 3 * * *\"\nkind = \"k\"\n";
+        let c = CliConfig::parse(entry).unwrap();
+        let built = c.schedules().unwrap();
+        assert_eq!((built[0].name(), built[0].schedule()), ("p", "0 3 * * *"));
+        let twice = error_of(&format!("{entry}{entry}"));
+        assert!(twice.contains("named twice"), "{twice}");
+        let bad = error_of(&entry.replace("0 3 * * *", "0 3 * *"));
+        assert!(
+            bad.contains("\"p\"") && bad.contains("not a cron expression"),
+            "{bad}"
+        );
+        let unknown = error_of(&format!("{entry}shedule = \"x\"\n"));
+        assert!(unknown.contains("shedule"), "{unknown}");
+        let catch_up = error_of(&format!("{entry}catch_up = \"soon\"\n"));
+        assert!(
+            catch_up.contains("catch_up") && catch_up.contains("soon"),
+            "{catch_up}"
+        );
     }
 
     #[test]

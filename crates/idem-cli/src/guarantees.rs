@@ -66,18 +66,23 @@ pub fn run(demo_kinds: &[(String, EffectClass)], format: Format) -> anyhow::Resu
     Ok(ExitCode::SUCCESS)
 }
 
-/// The built-in `http` kind (keyed and not) and `demo_kinds`.
+/// The built-in kinds and `demo_kinds`.
 fn kinds(demo_kinds: &[(String, EffectClass)]) -> Vec<Kind> {
-    let http = <Http as idem::Handler>::KIND;
-    let builtin = [
-        (http.to_owned(), EffectClass::KeyedRemote),
-        (format!("{http} (keyed: false)"), EffectClass::UnkeyedRemote),
-    ];
-    (builtin.iter().chain(demo_kinds))
+    (builtin_kinds().iter().chain(demo_kinds))
         .map(|(kind, class)| Kind {
             kind: kind.clone(),
             class: class.as_str(),
             guarantee: class.guarantee(),
         })
         .collect()
+}
+
+/// The built-in kinds with their effect classes, `http` once per class it can have (as
+/// `idem guarantees` and the dashboard's guarantees page list them).
+pub fn builtin_kinds() -> Vec<(String, EffectClass)> {
+    let http = <Http as idem::Handler>::KIND;
+    vec![
+        (http.to_owned(), EffectClass::KeyedRemote),
+        (format!("{http} (keyed: false)"), EffectClass::UnkeyedRemote),
+    ]
 }

@@ -1,5 +1,6 @@
-//! `idem serve`: the HTTP API (DESIGN.md section 5) on `--listen`, with the built-in job
-//! kinds' worker beside it unless `--no-workers`, until SIGTERM or SIGINT.
+//! `idem serve`: the HTTP API (DESIGN.md section 5) and the web dashboard at `/` on
+//! `--listen`, with the built-in job kinds' worker beside it unless `--no-workers`, until
+//! SIGTERM or SIGINT.
 //!
 //! What must stay true: without `--dev` the server refuses to start with no token; with
 //! `--dev` it binds loopback only and says loudly that it is unauthenticated; tokens are
@@ -16,6 +17,7 @@ use idem::WorkerProtocol;
 use idem_http::Principal;
 use idem_http::api::{Api, Limits};
 use idem_http::auth::{Auth, Tokens};
+use idem_http::dashboard::Dashboard;
 use idem_http::idempotency::IdempotencyConfig;
 use tokio::sync::watch;
 
@@ -93,7 +95,14 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
     // POST /v1/reconcile either way.
     let mut builtin = idem.worker(config.worker.clone())?;
     worker::register_builtins(&mut builtin)?;
+    worker::register_periodic(&mut builtin, &config)?;
     let reconciler = builtin.reconciler();
+    let dashboard = Dashboard {
+        idem: idem.clone(),
+        auth: auth.clone(),
+        kinds: crate::guarantees::builtin_kinds(),
+        limits: limits.clone(),
+    };
     let api = Api {
         idem: idem.clone(),
         protocol,
@@ -102,7 +111,10 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         limits,
         reconciler: Some(reconciler.clone()),
     };
-    let router = api.router().or_exit(Exit::Config)?;
+    let router = api
+        .router()
+        .or_exit(Exit::Config)?
+        .merge(dashboard.router());
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))

@@ -70,6 +70,15 @@ pub(crate) fn connect_options(worker: &WorkerConfig) -> idem::ConnectOptions {
     options
 }
 
+/// The config file's `[[periodic]]` schedules, run by `worker` (each tick enqueued once
+/// however many processes run them).
+pub fn register_periodic(worker: &mut Worker, config: &CliConfig) -> anyhow::Result<()> {
+    for p in config.schedules()? {
+        worker.periodic(p)?;
+    }
+    Ok(())
+}
+
 /// `idem worker`: runs until SIGTERM or SIGINT, then prints what it did.
 pub async fn run(url: &str, a: WorkerArgs) -> anyhow::Result<ExitCode> {
     let queues = queues(&a)?;
@@ -80,6 +89,7 @@ pub async fn run(url: &str, a: WorkerArgs) -> anyhow::Result<ExitCode> {
         .with_horizon(config.horizon());
     let mut worker = idem.worker(config.worker.clone())?;
     register_builtins(&mut worker)?;
+    register_periodic(&mut worker, &config)?;
     let started = started(&worker, &config, url, a.reconcile_every);
     let report = serve(worker, a.reconcile_every, &started).await?;
     crate::verbosity::say(report);

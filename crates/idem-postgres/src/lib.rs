@@ -182,6 +182,20 @@ impl Store for PgStore {
         ops::queue::counts(&self.pool).await
     }
 
+    async fn queue_finished(
+        &self,
+        params: idem_store::QueueFinishedList,
+    ) -> StoreResult<Vec<idem_store::QueueFinished>> {
+        ops::queue::finished(&self.pool, params).await
+    }
+
+    async fn effect_list(
+        &self,
+        params: idem_store::EffectList,
+    ) -> StoreResult<Vec<idem_store::EffectRecord>> {
+        ops::effect::list(&self.pool, params).await
+    }
+
     async fn intent_get(&self, key: String) -> StoreResult<Option<idem_store::IntentRow>> {
         ops::intent::get(&self.pool, key).await
     }

@@ -8,8 +8,8 @@
 
 use idem_store::{
     AttemptRow, BatchRow, Completed, EffectRecord, HttpKeyRow, HttpKeyState, Inserted, IntentRow,
-    JobRow, JobState, LeaseRenewal, LedgerEntry, LedgerMismatch, NewJob, QueueCount, QueueWaiting,
-    StoreResult, Timestamp,
+    JobRow, JobState, LeaseRenewal, LedgerEntry, LedgerMismatch, NewJob, QueueCount, QueueFinished,
+    QueueWaiting, StoreResult, Timestamp,
 };
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -210,6 +210,18 @@ pub(crate) fn queue_waiting(row: &PgRow) -> StoreResult<QueueWaiting> {
         kind: get(row, "kind")?,
         count: get(row, "count")?,
         oldest_run_at: get(row, "oldest_run_at")?,
+    })
+}
+
+/// A row of `queue/finished.sql`.
+pub(crate) fn queue_finished(row: &PgRow) -> StoreResult<QueueFinished> {
+    Ok(QueueFinished {
+        queue: get(row, "queue")?,
+        completed: get(row, "completed")?,
+        dead: get(row, "dead")?,
+        timed: get(row, "timed")?,
+        run_ms: get(row, "run_ms")?,
+        wait_ms: get(row, "wait_ms")?,
     })
 }
 

@@ -221,6 +221,24 @@ impl Store for SqliteStore {
         self.readers.run(ops::queue::counts).await
     }
 
+    async fn queue_finished(
+        &self,
+        params: idem_store::QueueFinishedList,
+    ) -> StoreResult<Vec<idem_store::QueueFinished>> {
+        self.readers
+            .run(move |c| ops::queue::finished(c, &params))
+            .await
+    }
+
+    async fn effect_list(
+        &self,
+        params: idem_store::EffectList,
+    ) -> StoreResult<Vec<idem_store::EffectRecord>> {
+        self.readers
+            .run(move |c| ops::effect::list(c, &params))
+            .await
+    }
+
     async fn intent_get(&self, key: String) -> StoreResult<Option<idem_store::IntentRow>> {
         self.readers.run(move |c| ops::intent::get(c, &key)).await
     }

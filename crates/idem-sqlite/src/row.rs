@@ -3,8 +3,8 @@
 use chrono::TimeZone;
 use idem_store::{
     AttemptRow, BatchRow, Completed, EffectRecord, HttpKeyRow, Inserted, IntentRow, JobRow,
-    JobState, LeaseRenewal, LedgerEntry, LedgerMismatch, QueueCount, QueueWaiting, StoreError,
-    StoreResult, Timestamp,
+    JobState, LeaseRenewal, LedgerEntry, LedgerMismatch, QueueCount, QueueFinished, QueueWaiting,
+    StoreError, StoreResult, Timestamp,
 };
 use rusqlite::Row;
 use rusqlite::types::FromSql;
@@ -235,6 +235,18 @@ pub(crate) fn queue_waiting(row: &Row<'_>) -> StoreResult<QueueWaiting> {
         kind: get(row, "kind")?,
         count: get(row, "count")?,
         oldest_run_at: ts(row, "oldest_run_at")?,
+    })
+}
+
+/// A row of `queue/finished.sql`.
+pub(crate) fn queue_finished(row: &Row<'_>) -> StoreResult<QueueFinished> {
+    Ok(QueueFinished {
+        queue: get(row, "queue")?,
+        completed: get(row, "completed")?,
+        dead: get(row, "dead")?,
+        timed: get(row, "timed")?,
+        run_ms: get(row, "run_ms")?,
+        wait_ms: get(row, "wait_ms")?,
     })
 }
 

@@ -18,6 +18,7 @@ idem_store_tests::store_cases!(
     effect_claim_commits_with_its_transaction,
     effect_claim_refuses_a_stale_claim,
     effect_others_lists_a_jobs_other_keys,
+    effect_list_names_a_jobs_keys,
     // ledger
     ledger_posts_once_and_repair_rebuilds,
     ledger_post_refuses_a_stale_claim,
@@ -99,6 +100,7 @@ idem_store_tests::store_cases!(
     read_first_attempts_are_the_earliest_start_per_job,
     read_queue_counts,
     read_queue_waiting,
+    read_queue_finished_counts_a_range,
     read_now_is_the_database_clock,
     read_url_reaches_the_same_database,
     read_close_makes_calls_unavailable,

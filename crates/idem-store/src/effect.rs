@@ -37,6 +37,15 @@ pub struct EffectRecord {
     pub created_at: Timestamp,
 }
 
+/// Parameters of [`crate::Store::effect_list`]: the effect keys one job recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectList {
+    /// The job.
+    pub job_id: i64,
+    /// At most this many, oldest first.
+    pub limit: u32,
+}
+
 /// The answer to an [`EffectClaim`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EffectClaimed {

@@ -592,6 +592,36 @@ pub struct QueueWaiting {
     pub oldest_run_at: Timestamp,
 }
 
+/// Jobs of one queue that reached `completed` or `dead` in a time range: the
+/// dashboard's throughput and latency (summed, so ranges add up).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueFinished {
+    /// The queue.
+    pub queue: String,
+    /// Jobs completed in the range.
+    pub completed: i64,
+    /// Jobs dead in the range.
+    pub dead: i64,
+    /// Of those, the jobs whose last attempt has a start time (the sums below count them).
+    pub timed: i64,
+    /// Their summed run time (`finalized_at - attempted_at`), in milliseconds.
+    pub run_ms: i64,
+    /// Their summed wait from due to started (`attempted_at - run_at`, 0 when started
+    /// before due), in milliseconds.
+    pub wait_ms: i64,
+}
+
+/// Parameters of [`crate::Store::queue_finished`]: jobs finalized at or after `since`
+/// and before `until`. Reads the range of the `finalized_at` index only, so its cost
+/// follows the jobs finished in the range, not the size of the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueFinishedList {
+    /// The range's start (included).
+    pub since: Timestamp,
+    /// The range's end (excluded).
+    pub until: Timestamp,
+}
+
 /// Jobs of one queue in one state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueCount {

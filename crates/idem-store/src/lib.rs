@@ -48,7 +48,7 @@ pub use batch::{
     BatchList, BatchRow, BatchSeal, BatchState, BatchTally, OnDead, ShardCount,
 };
 pub use counter::{CounterAssigned, CounterNext};
-pub use effect::{EffectClaim, EffectClaimed, EffectRecord};
+pub use effect::{EffectClaim, EffectClaimed, EffectList, EffectRecord};
 pub use error::{StoreError, StoreResult};
 pub use http_key::{
     HttpKeyComplete, HttpKeyRelease, HttpKeyReserve, HttpKeyReserved, HttpKeyRow, HttpKeyState,
@@ -61,7 +61,7 @@ pub use job::{
     AttemptOutcome, AttemptRow, Completed, EnqueueKeyTake, Enqueued, InsertClaim, Inserted,
     JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList,
     JobLock, JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
-    QueueWaiting,
+    QueueFinished, QueueFinishedList, QueueWaiting,
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
 pub use maintenance::{JobDiscard, JobRetry, Purge, PurgeTarget};

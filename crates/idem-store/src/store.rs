@@ -71,6 +71,17 @@ pub trait Store: Send + Sync + 'static {
     /// earliest `run_at` of each, ordered by queue and kind.
     async fn queue_waiting(&self) -> StoreResult<Vec<crate::QueueWaiting>>;
 
+    /// Per queue, the jobs that reached `completed` or `dead` in a time range, with their
+    /// summed run and wait times, ordered by queue.
+    async fn queue_finished(
+        &self,
+        params: crate::QueueFinishedList,
+    ) -> StoreResult<Vec<crate::QueueFinished>>;
+
+    /// The effect keys one job recorded (by any of its attempts), oldest first.
+    async fn effect_list(&self, params: crate::EffectList)
+    -> StoreResult<Vec<crate::EffectRecord>>;
+
     /// Every paused queue, by name.
     async fn queue_paused(&self) -> StoreResult<Vec<crate::PausedQueue>>;
 

@@ -36,6 +36,7 @@ use crate::idempotency::{IdempotencyConfig, IdempotencyLayer};
 use crate::problem::Problem;
 
 pub use limits::Limits;
+pub(crate) use limits::enforce as enforce_limits;
 pub use openapi::ApiDoc;
 pub use view::{
     BatchAddedView, BatchPage, BatchView, EnqueuedView, IntentView, JobPage, JobView, SuccessorView,

@@ -1,8 +1,8 @@
 //! Effect keys (`queries/effect/`): the claim that records a key in the effect's own
 //! transaction (the table's unique key decides, guarded by the claim's fence), and the
-//! keys of other kinds a job has recorded.
+//! keys of other kinds a job has recorded, and every key of a job.
 
-use idem_store::{EffectClaim, EffectClaimed, StoreResult};
+use idem_store::{EffectClaim, EffectClaimed, EffectList, EffectRecord, StoreResult};
 use sqlx::{Executor, PgConnection, Postgres};
 
 use super::{INSERT_TRIES, holder, kept_vanishing, still_current};
@@ -54,4 +54,18 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)
+}
+
+/// The keys one job recorded, oldest first.
+pub(crate) async fn list<'e, E>(ex: E, p: EffectList) -> StoreResult<Vec<EffectRecord>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../../queries/effect/list.sql"))
+        .bind(p.job_id)
+        .bind(i64::from(p.limit))
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(row::effect).collect()
 }

@@ -1,7 +1,10 @@
-//! Per-queue counts of jobs by state and of waiting jobs by kind, and pausing queues
-//! (`queries/queue/`).
+//! Per-queue counts of jobs by state, of waiting jobs by kind and of jobs finished in a
+//! time range, and pausing queues (`queries/queue/`).
 
-use idem_store::{PausedQueue, QueueCount, QueuePause, QueueWaiting, StoreResult};
+use idem_store::{
+    PausedQueue, QueueCount, QueueFinished, QueueFinishedList, QueuePause, QueueWaiting,
+    StoreResult,
+};
 use sqlx::{Executor, Postgres};
 
 use crate::error::interpret_error;
@@ -27,6 +30,20 @@ where
         .await
         .map_err(interpret_error)?;
     rows.iter().map(row::queue_waiting).collect()
+}
+
+/// Per queue, the jobs finalized (completed or dead) in `[since, until)`.
+pub(crate) async fn finished<'e, E>(ex: E, p: QueueFinishedList) -> StoreResult<Vec<QueueFinished>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../../queries/queue/finished.sql"))
+        .bind(p.since)
+        .bind(p.until)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(row::queue_finished).collect()
 }
 
 pub(crate) async fn paused<'e, E>(ex: E) -> StoreResult<Vec<PausedQueue>>

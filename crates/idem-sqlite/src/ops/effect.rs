@@ -1,8 +1,8 @@
 //! Effect keys (`queries/effect/`): the claim that records a key in the effect's own
 //! transaction (the table's unique key decides, guarded by the claim's fence), and the
-//! keys of other kinds a job has recorded.
+//! keys of other kinds a job has recorded, and every key of a job.
 
-use idem_store::{EffectClaim, EffectClaimed, StoreResult};
+use idem_store::{EffectClaim, EffectClaimed, EffectList, EffectRecord, StoreResult};
 use rusqlite::{Connection, params};
 
 use super::{existing, rows};
@@ -37,4 +37,10 @@ pub(crate) fn others(c: &Connection, p: &EffectClaim) -> StoreResult<Vec<String>
     rows(c, sql, args, |r| {
         r.get::<_, String>(0).map_err(interpret_error)
     })
+}
+
+/// The keys one job recorded, oldest first.
+pub(crate) fn list(c: &Connection, p: &EffectList) -> StoreResult<Vec<EffectRecord>> {
+    let sql = include_str!("../../queries/effect/list.sql");
+    rows(c, sql, params![p.job_id, p.limit], row::effect)
 }

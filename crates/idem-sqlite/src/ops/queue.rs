@@ -1,7 +1,10 @@
-//! Per-queue counts of jobs by state and of waiting jobs by kind, and pausing queues
-//! (`queries/queue/`).
+//! Per-queue counts of jobs by state, of waiting jobs by kind and of jobs finished in a
+//! time range, and pausing queues (`queries/queue/`).
 
-use idem_store::{PausedQueue, QueueCount, QueuePause, QueueWaiting, StoreResult};
+use idem_store::{
+    PausedQueue, QueueCount, QueueFinished, QueueFinishedList, QueuePause, QueueWaiting,
+    StoreResult,
+};
 use rusqlite::{Connection, params};
 
 use super::rows;
@@ -15,6 +18,17 @@ pub(crate) fn counts(c: &Connection) -> StoreResult<Vec<QueueCount>> {
 pub(crate) fn waiting(c: &Connection) -> StoreResult<Vec<QueueWaiting>> {
     let sql = include_str!("../../queries/queue/waiting.sql");
     rows(c, sql, [], row::queue_waiting)
+}
+
+/// Per queue, the jobs finalized (completed or dead) in `[since, until)`.
+pub(crate) fn finished(c: &Connection, p: &QueueFinishedList) -> StoreResult<Vec<QueueFinished>> {
+    let sql = include_str!("../../queries/queue/finished.sql");
+    rows(
+        c,
+        sql,
+        params![ts_to_ms(p.since), ts_to_ms(p.until)],
+        row::queue_finished,
+    )
 }
 
 pub(crate) fn paused(c: &Connection) -> StoreResult<Vec<PausedQueue>> {

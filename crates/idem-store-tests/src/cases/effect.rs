@@ -2,7 +2,9 @@
 //! the unique key answers every repeat with the record of the claim that made the
 //! effect, and a claim that is not current cannot record a key.
 
-use idem_store::{EffectClaim, EffectClaimed, JobComplete, JobLock, JobRow, Purge, PurgeTarget};
+use idem_store::{
+    EffectClaim, EffectClaimed, EffectList, JobComplete, JobLock, JobRow, Purge, PurgeTarget,
+};
 
 use crate::TestDb;
 use crate::fixture::{
@@ -108,6 +110,34 @@ pub async fn effect_others_lists_a_jobs_other_keys(db: &TestDb) {
         .expect("other job");
     assert!(none.is_empty(), "{none:?}");
     tx.rollback().await.expect("rollback");
+}
+
+/// `effect_list` names every key one job recorded, oldest first, with the fence of the
+/// claim that recorded it, and none of another job's; `limit` caps the list.
+pub async fn effect_list_names_a_jobs_keys(db: &TestDb) {
+    let job = running(db, job_in("el1", "mail"), t0()).await;
+    let other = running(db, job_in("el2", "mail"), t0()).await;
+    let mut tx = db.store.begin().await.expect("begin");
+    for (key, holder) in [("thumb:9", &job), ("mail:1", &job), ("mail:2", &other)] {
+        tx.effect_claim(claim_of(key, holder)).await.expect("claim");
+    }
+    tx.commit().await.expect("commit");
+    let list = |job_id, limit| db.store.effect_list(EffectList { job_id, limit });
+    let keys = list(job.id, 10).await.expect("effect_list");
+    let named: Vec<(&str, i64, i64)> = keys
+        .iter()
+        .map(|k| (k.key.as_str(), k.job_id, k.fence))
+        .collect();
+    assert_eq!(
+        named,
+        vec![
+            ("mail:1", job.id, job.fence),
+            ("thumb:9", job.id, job.fence)
+        ]
+    );
+    assert_eq!(keys[0].created_at, at(1_000));
+    assert_eq!(list(job.id, 1).await.expect("limit").len(), 1);
+    assert!(list(job.id + 1_000, 10).await.expect("none").is_empty());
 }
 
 /// PostgreSQL: an effect claim whose insert met the key of another job, and whose

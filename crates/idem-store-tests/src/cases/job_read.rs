@@ -1,12 +1,16 @@
 //! Reads outside transactions: `job_get`, `job_list` (filters, newest first, keyset
 //! pagination with `before_id`), `job_attempts` (oldest first), `job_first_attempts`
-//! (the earliest start per job), `queue_counts`, `now`,
+//! (the earliest start per job), `queue_counts`, `queue_finished` (jobs finalized in a
+//! range, with their run and wait times), `now`,
 //! and the connection itself: the test URL reaches the same database from a second
 //! store, and `close` makes later calls `Unavailable`.
 
 use std::collections::BTreeMap;
 
-use idem_store::{AttemptOutcome, JobFail, JobList, JobState, QueueCount, StoreError};
+use idem_store::{
+    AttemptOutcome, JobFail, JobList, JobState, QueueCount, QueueFinished, QueueFinishedList,
+    StoreError,
+};
 
 use crate::fixture::{
     at, attempts, claim, complete, fail, get, ids, insert, insert_one, job, job_in, list, running,
@@ -352,4 +356,54 @@ pub async fn read_queue_waiting(db: &TestDb) {
     ]
     .map(|(q, k, n, t)| (q.to_owned(), k.to_owned(), n, t));
     assert_eq!(got, want, "the running job of {} waits not", running.queue);
+}
+
+/// `queue_finished` counts per queue the jobs that completed or died in `[since, until)`,
+/// with their summed run time (started → finalized) and wait (due → started); jobs
+/// finalized outside the range, cancelled or unfinished are not counted.
+pub async fn read_queue_finished_counts_a_range(db: &TestDb) {
+    let a = insert_one(db, job_in("qf1", "a"), t0()).await;
+    let b = insert_one(db, job_in("qf1", "b"), t0()).await;
+    let a_run = claim(db, "qf1", 1, at(500)).await.remove(0);
+    let b_run = claim(db, "qf1", 1, at(1_000)).await.remove(0);
+    assert_eq!((a_run.id, b_run.id), (a.id, b.id));
+    complete(db, a_run.lease_token(), at(2_500))
+        .await
+        .expect("complete");
+    fail(db, b_run.lease_token(), None, at(1_500))
+        .await
+        .expect("dead");
+    let late = running(db, job_in("qf2", "c"), t0()).await;
+    complete(db, late.lease_token(), at(10_000))
+        .await
+        .expect("late");
+    running(db, job_in("qf2", "d"), t0()).await;
+    let range = |since, until| {
+        db.store.queue_finished(QueueFinishedList {
+            since: at(since),
+            until: at(until),
+        })
+    };
+    let both = QueueFinished {
+        queue: "qf1".into(),
+        completed: 1,
+        dead: 1,
+        timed: 2,
+        run_ms: 2_000 + 500,
+        wait_ms: 500 + 1_000,
+    };
+    assert_eq!(range(1_000, 3_000).await.expect("finished"), vec![both]);
+    let dead_only = QueueFinished {
+        queue: "qf1".into(),
+        completed: 0,
+        dead: 1,
+        timed: 1,
+        run_ms: 500,
+        wait_ms: 1_000,
+    };
+    assert_eq!(
+        range(1_500, 2_500).await.expect("until excluded"),
+        vec![dead_only]
+    );
+    assert!(range(3_000, 9_000).await.expect("empty").is_empty());
 }
