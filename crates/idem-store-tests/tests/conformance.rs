@@ -249,6 +249,7 @@ idem_store_tests::store_cases!(
 );
 
 idem_store_tests::postgres_cases!(
+    attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause,
     heartbeat_and_complete_many_lock_in_one_order,
     effect_claim_survives_its_holder_purged_meanwhile,
     ledger_post_survives_its_entry_deleted_meanwhile,
@@ -259,15 +260,3 @@ idem_store_tests::postgres_cases!(
     batch_attack_purge_racing_a_reopened_childs_completion_does_not_deadlock,
     batch_attack_fan_out_add_then_complete_in_one_tx_does_not_deadlock,
 );
-
-/// FINDING (run with `--ignored`): the red test of a fix; see the case's docs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "FINDING: a keyed local claim waiting on its key commits claimed after the pause"]
-async fn finding_attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause() {
-    idem_store_tests::harness::run_case(
-        idem_store_tests::Backend::Postgres,
-        "attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause",
-        attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause,
-    )
-    .await;
-}

@@ -1,7 +1,7 @@
 //! `attack_pause`: attacks on queue pause at the seam. Every statement that hands a job to
 //! a worker (the claim, the insert of a local claim, with and without keys, in one
 //! statement with jobs of other queues) tests the pause; jobs a rescue or a failure sends
-//! back wait for the resume. A case named `FINDING` fails on main and is run ignored.
+//! back wait for the resume.
 
 use idem_store::{InsertClaim, JobInsert, JobRescue, JobState, NewJob, QueuePause};
 
@@ -129,11 +129,12 @@ pub async fn attack_pause_rescued_and_failed_jobs_wait_for_the_resume(db: &TestD
     );
 }
 
-/// FINDING (PostgreSQL): an insert of a local claim with an enqueue key another
-/// transaction holds inserts its job claimed, then waits on the key; the queue is paused
-/// (the pause commits); the holder rolls back, the insert takes the key and commits its
-/// job running, leased to the local worker, after the pause. Its last statement before
-/// the commit (the lease renewal) could test the pause and leave the job unclaimed.
+/// PostgreSQL: an insert of a local claim with an enqueue key another transaction holds
+/// inserts its job claimed, then waits on the key; the queue is paused (the pause
+/// commits); the holder rolls back, the insert takes the key; its claim is given back
+/// (`job/unclaim_paused.sql`, after the lease renewal) and the job commits available.
+/// Without that statement the job committed running, leased to the local worker, after
+/// the pause (found by this attack).
 pub async fn attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause(
     db: &TestDb,
 ) {
