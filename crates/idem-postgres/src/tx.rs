@@ -104,6 +104,13 @@ impl StoreTx for PgTx {
         ops::queue::resume(&mut *self.tx, queue).await
     }
 
+    async fn job_unclaim_paused(
+        &mut self,
+        leases: Vec<idem_store::LeaseToken>,
+    ) -> StoreResult<Vec<i64>> {
+        ops::job::unclaim_paused(&mut *self.tx, leases).await
+    }
+
     async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64> {
         ops::job::delete(&mut *self.tx, ids).await
     }

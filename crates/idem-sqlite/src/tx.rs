@@ -168,6 +168,14 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::queue::resume(c, &queue)).await
     }
 
+    async fn job_unclaim_paused(
+        &mut self,
+        leases: Vec<idem_store::LeaseToken>,
+    ) -> StoreResult<Vec<i64>> {
+        self.run(move |c| ops::job::unclaim_paused(c, &leases))
+            .await
+    }
+
     async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64> {
         self.run(move |c| ops::job::delete(c, &ids)).await
     }

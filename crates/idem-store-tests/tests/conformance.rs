@@ -3,10 +3,10 @@
 //! `IDEM_TEST_PG_URL`; without it they skip with a notice (and fail under `CI`).
 
 use idem_store_tests::cases::{
-    batch::*, batch_attack::*, counter::*, effect::*, enqueue_key::*, http_key::*, intent::*,
-    intent_attack::*, intent_race::*, job_cancel::*, job_claim::*, job_dead::*, job_finish::*,
-    job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*, principal::*,
-    purge::*, queue_pause::*, tx::*,
+    attack_pause::*, batch::*, batch_attack::*, counter::*, effect::*, enqueue_key::*, http_key::*,
+    intent::*, intent_attack::*, intent_race::*, job_cancel::*, job_claim::*, job_dead::*,
+    job_finish::*, job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*,
+    principal::*, purge::*, queue_pause::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -57,6 +57,9 @@ idem_store_tests::store_cases!(
     // queue_pause
     queue_pause_stops_claims_until_resumed,
     queue_pause_inserts_a_local_claim_unclaimed,
+    // attack_pause
+    attack_pause_one_insert_claims_only_the_unpaused_queues,
+    attack_pause_rescued_and_failed_jobs_wait_for_the_resume,
     // job_lease: heartbeat and lock
     heartbeat_extends_only_current_leases,
     heartbeat_of_no_leases_is_a_no_op,
@@ -248,6 +251,7 @@ idem_store_tests::store_cases!(
 );
 
 idem_store_tests::postgres_cases!(
+    attack_pause_keyed_local_claim_waiting_on_its_key_commits_after_the_pause,
     heartbeat_and_complete_many_lock_in_one_order,
     effect_claim_survives_its_holder_purged_meanwhile,
     ledger_post_survives_its_entry_deleted_meanwhile,

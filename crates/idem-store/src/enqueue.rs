@@ -7,8 +7,9 @@
 //! key is deleted again in the same transaction, and the job holding the key is returned
 //! instead, marked deduplicated. On PostgreSQL a concurrent enqueue of the same key waits
 //! on the index entry until the first transaction ends, so two producers never both win.
-//! A job inserted claimed (local dispatch) that kept its key has its lease renewed as the
-//! last statement, so the wait does not eat into it.
+//! A job inserted claimed (local dispatch) that kept its key has its lease renewed after
+//! the keys were taken, so the wait does not eat into it, and its claim is given back if
+//! its queue was paused while the keys waited.
 
 use std::collections::{HashMap, HashSet};
 
@@ -127,7 +128,7 @@ pub async fn insert<T: StoreTx + ?Sized>(
 /// Renews, once more, the leases of the jobs inserted claimed that kept their keys: the
 /// statements taking the keys may have waited for another enqueue's transaction, and a
 /// lease must run from (about) the commit that hands the job to its worker, not from
-/// the insert. `claims[i]` is the lease of `results[i]`'s claim, if it was inserted
+/// the insert. Then gives back the claims whose queue was paused meanwhile. `claims[i]` is the lease of `results[i]`'s claim, if it was inserted
 /// claimed.
 async fn renew_claims<T: StoreTx + ?Sized>(
     tx: &mut T,
@@ -149,6 +150,7 @@ async fn renew_claims<T: StoreTx + ?Sized>(
         .enumerate()
         .map(|(i, r)| (r.job.id, i))
         .collect();
+    let claimed: Vec<crate::LeaseToken> = by_lease.values().flatten().copied().collect();
     for (lease_ms, leases) in by_lease {
         let renewed = tx
             .job_heartbeat(crate::JobHeartbeat {
@@ -161,6 +163,18 @@ async fn renew_claims<T: StoreTx + ?Sized>(
             if let Some(i) = position.get(&renewal.job_id) {
                 results[*i].job.lease_expires_at = Some(renewal.lease_expires_at);
             }
+        }
+    }
+    // The insert found the queue not paused, but the keys may have waited since: a pause
+    // that committed meanwhile takes the claim back, so no worker starts the job.
+    for id in tx.job_unclaim_paused(claimed).await? {
+        if let Some(i) = position.get(&id) {
+            let job = &mut results[*i].job;
+            job.state = crate::JobState::Available;
+            job.attempt = 0;
+            job.lease_owner = None;
+            job.attempted_at = None;
+            job.lease_expires_at = None;
         }
     }
     Ok(())

@@ -347,6 +347,12 @@ pub trait StoreTx: Send {
     /// Resumes a paused queue; `false` when it was not paused.
     async fn queue_resume(&mut self, queue: String) -> StoreResult<bool>;
 
+    /// Gives back the claims in `leases`, jobs this transaction inserted claimed for a
+    /// local worker, whose queue is paused now (available, attempt 0, no lease, the
+    /// fence kept); their ids. Run last before the commit of such an enqueue.
+    async fn job_unclaim_paused(&mut self, leases: Vec<crate::LeaseToken>)
+    -> StoreResult<Vec<i64>>;
+
     /// Deletes jobs just inserted in this transaction (an enqueue that lost its key).
     async fn job_delete(&mut self, ids: Vec<i64>) -> StoreResult<u64>;
 

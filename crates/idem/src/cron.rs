@@ -32,9 +32,12 @@ pub struct Periodic {
 impl Periodic {
     /// `job` at every tick of `schedule`: five fields (minute, hour, day of month, month,
     /// day of week) or six with seconds first, in UTC. `name` names the schedule in its
-    /// ticks' enqueue keys (at most 200 characters): keep it stable across deploys, or a
-    /// tick may be enqueued twice while old and new workers overlap. The job must not
-    /// carry an enqueue key (each tick gets its own); its `run_at` is the tick's time.
+    /// ticks' enqueue keys (at most 200 characters). A name stands for one schedule of
+    /// one queue: keep name, schedule and queue together across deploys (a new
+    /// schedule or queue gets a new name), because enqueue keys are unique per queue
+    /// and ticks of two schedules differ, so workers of two deploys that overlap would
+    /// each enqueue their own. The job must not carry an enqueue key (each tick gets
+    /// its own); its `run_at` is the tick's time.
     pub fn new(name: &str, schedule: &str, job: Job) -> Result<Periodic, IdemError> {
         let config = |e: IdemError| IdemError::Config(e.to_string());
         check_name("periodic job name", name).map_err(config)?;
@@ -109,7 +112,8 @@ impl Periodic {
             .run_at(tick)
     }
 
-    pub(crate) fn catch_up_window(&self) -> Duration {
+    /// How far back a worker looks for missed ticks.
+    pub fn catch_up_window(&self) -> Duration {
         self.catch_up
     }
 }

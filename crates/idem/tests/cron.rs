@@ -149,8 +149,9 @@ fn ticks_follow_the_schedule() {
     assert_eq!(daily.schedule(), "0 3 * * *");
 }
 
-/// A bad expression, a name too long or invalid, a job with its own key, and a name
-/// registered twice are refused, each naming the problem.
+/// A bad expression, a name too long or invalid, a job with its own key, a name
+/// registered twice and a catch-up as long as the enqueue-key window are refused, each
+/// naming the problem.
 async fn schedules_that_cannot_work_are_refused(db: &TestDb) {
     let job = || Job::new("tick", serde_json::json!({}));
     let err = |r: Result<Periodic, idem::IdemError>| r.unwrap_err().to_string();
@@ -172,6 +173,12 @@ async fn schedules_that_cannot_work_are_refused(db: &TestDb) {
     let again = w.periodic(Periodic::new("p", "0 * * * *", job()).unwrap());
     let e = again.err().expect("refused").to_string();
     assert!(e.contains("already registered"), "{e}");
+    let window = idem.retention().enqueue_keys;
+    let long = Periodic::new("long", "* * * * *", job())
+        .unwrap()
+        .catch_up(window);
+    let e = w.periodic(long).err().expect("refused").to_string();
+    assert!(e.contains("enqueue-key window"), "{e}");
 }
 
 idem_store_tests::store_cases!(

@@ -129,6 +129,23 @@ where
     row::sorted_jobs(rows)
 }
 
+pub(crate) async fn unclaim_paused<'e, E>(ex: E, leases: Vec<LeaseToken>) -> StoreResult<Vec<i64>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (ids, fences) = lease_columns(&leases);
+    let rows = sqlx::query(include_str!("../../queries/job/unclaim_paused.sql"))
+        .bind(ids)
+        .bind(fences)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    rows.iter().map(|r| row::get(r, "id")).collect()
+}
+
 pub(crate) async fn heartbeat<'e, E>(ex: E, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>>
 where
     E: Executor<'e, Database = Postgres>,

@@ -129,6 +129,19 @@ pub(crate) fn heartbeat(c: &Connection, p: &JobHeartbeat) -> StoreResult<Vec<Lea
     rows(c, sql, args, row::renewal)
 }
 
+pub(crate) fn unclaim_paused(
+    c: &Connection,
+    leases: &[idem_store::LeaseToken],
+) -> StoreResult<Vec<i64>> {
+    if leases.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sql = include_str!("../../queries/job/unclaim_paused.sql");
+    rows(c, sql, params![json_list(&leases)?], |r| {
+        r.get(0).map_err(crate::error::interpret_error)
+    })
+}
+
 pub(crate) fn lock(c: &Connection, p: &JobLock) -> StoreResult<JobRow> {
     let sql = include_str!("../../queries/job/lock.sql");
     #[cfg(feature = "chaos-break-fence")]

@@ -6,6 +6,7 @@
 //! injected time for every time-dependent rule, and await concurrent work with signals.
 //! Case names start with their area, so a list of them reads as a table of contents.
 
+pub mod attack_pause;
 pub mod batch;
 pub mod batch_attack;
 pub mod counter;

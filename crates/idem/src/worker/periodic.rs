@@ -2,7 +2,9 @@
 //! and enqueues its job under the tick's enqueue key, until the worker stops claiming.
 //!
 //! What must stay true: a tick's job is enqueued only with its tick key (so every
-//! process that runs the schedule may enqueue it, and one job results); a failed
+//! process that runs the schedule may enqueue it, and one job results); no tick older
+//! than the catch-up window is enqueued at start, nor after a stall (older than the
+//! window and 10 s); a failed
 //! enqueue is tried again until the next tick is due, then the tick is given up with an
 //! error in the log.
 
@@ -14,6 +16,9 @@ use tokio::sync::watch;
 
 use crate::Idem;
 use crate::cron::Periodic;
+
+/// How late a tick may be reached and still be enqueued, whatever the catch-up window.
+const STALL: Duration = Duration::from_secs(10);
 
 /// How long a failed enqueue of a tick waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(1);
@@ -34,6 +39,17 @@ pub(super) async fn periodic_loop(idem: Idem, p: Arc<Periodic>, mut stop: watch:
     while let Some(tick) = p.next_after(after) {
         if !until(&idem, tick, &mut stop).await {
             return;
+        }
+        // After a stall (a paused process), ticks older than the catch-up window (and
+        // than STALL, so that a tick reached a little late still counts) are given up,
+        // as a restart would give them up.
+        if let Ok(now) = idem.now().await {
+            let oldest = now - chrono_span(p.catch_up_window().max(STALL));
+            if tick < oldest {
+                tracing::warn!(periodic = p.name(), %tick, "ticks older than the catch-up window were missed (the process stalled); they are not enqueued");
+                after = oldest;
+                continue;
+            }
         }
         if !enqueue(&idem, &p, tick, &mut stop).await {
             return;

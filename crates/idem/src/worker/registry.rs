@@ -102,6 +102,17 @@ impl Worker {
                 p.name()
             )));
         }
+        let window = self.idem.retention().enqueue_keys;
+        if p.catch_up_window() >= window {
+            return Err(IdemError::Config(format!(
+                "periodic {:?} catches up {} of missed ticks, not less than the enqueue-key \
+                 window ({}): a tick whose key was purged could be enqueued again; shorten \
+                 catch_up or lengthen retention.enqueue_keys",
+                p.name(),
+                crate::config::human(p.catch_up_window()),
+                crate::config::human(window)
+            )));
+        }
         self.periodic.push(Arc::new(p));
         Ok(self)
     }
