@@ -2,8 +2,9 @@
 //! clock), once per tick however many worker processes run the schedule: each enqueues
 //! the tick with the enqueue key `cron:{name}:{tick in ms}`, and the key lets one
 //! through. A worker that starts within the catch-up window after a tick (default one
-//! minute) enqueues that tick too, so a restart across a tick does not lose it; the key
-//! makes that harmless when another process enqueued it already.
+//! minute) enqueues the latest such tick too (not the older ones), so a restart across
+//! a tick does not lose it; the key makes that harmless when another process enqueued
+//! it already.
 
 use std::time::Duration;
 

@@ -124,6 +124,41 @@ async fn three_processes_enqueue_each_tick_once(db: &TestDb) {
     }
 }
 
+/// A worker starting 32 s into a minute with an every-5-s schedule and a one-minute
+/// catch-up enqueues one past tick, the latest (at 30 s), not the twelve of the window.
+async fn a_starting_worker_catches_up_only_the_latest_tick(db: &TestDb) {
+    let start = Utc.with_ymd_and_hms(2030, 6, 1, 0, 0, 32).unwrap();
+    let clock = std::sync::Arc::new(idem::ManualClock::new(start));
+    let idem = client(db, Some(clock));
+    let job = Job::new("tick", serde_json::json!({})).queue("cron");
+    let p = Periodic::new("five", "*/5 * * * * *", job).unwrap();
+    let mut w = idem.worker(config("elsewhere", 1)).unwrap();
+    w.periodic(p).unwrap();
+    let w = w.start();
+    let seen = within(30, "the caught-up tick", async {
+        loop {
+            let seen = ticks(&idem).await;
+            if !seen.is_empty() {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    within(30, "shutdown", w.shutdown()).await;
+    let latest = Utc.with_ymd_and_hms(2030, 6, 1, 0, 0, 30).unwrap();
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        vec![latest.timestamp_millis()],
+        "{seen:?}"
+    );
+    assert_eq!(
+        ticks(&idem).await.len(),
+        1,
+        "nothing else was enqueued meanwhile"
+    );
+}
+
 /// The next tick of a six-field schedule, and its key.
 #[test]
 fn ticks_follow_the_schedule() {
@@ -183,5 +218,6 @@ async fn schedules_that_cannot_work_are_refused(db: &TestDb) {
 
 idem_store_tests::store_cases!(
     three_processes_enqueue_each_tick_once,
+    a_starting_worker_catches_up_only_the_latest_tick,
     schedules_that_cannot_work_are_refused,
 );

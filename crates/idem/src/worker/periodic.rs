@@ -2,9 +2,9 @@
 //! and enqueues its job under the tick's enqueue key, until the worker stops claiming.
 //!
 //! What must stay true: a tick's job is enqueued only with its tick key (so every
-//! process that runs the schedule may enqueue it, and one job results); no tick older
-//! than the catch-up window is enqueued at start, nor after a stall (older than the
-//! window and 10 s); a failed
+//! process that runs the schedule may enqueue it, and one job results); a starting
+//! worker enqueues at most one past tick (the latest of the catch-up window), and no
+//! tick older than the window (and 10 s) after a stall; a failed
 //! enqueue is tried again until the next tick is due, then the tick is given up with an
 //! error in the log.
 
@@ -27,7 +27,7 @@ const RETRY: Duration = Duration::from_secs(1);
 pub(super) async fn periodic_loop(idem: Idem, p: Arc<Periodic>, mut stop: watch::Receiver<bool>) {
     let mut after = loop {
         match idem.now().await {
-            Ok(now) => break now - chrono_span(p.catch_up_window()),
+            Ok(now) => break start_after(&p, now),
             Err(e) => {
                 tracing::warn!(periodic = p.name(), error = %e, "reading the database clock failed; trying again");
                 if wait(RETRY, &mut stop).await {
@@ -57,6 +57,21 @@ pub(super) async fn periodic_loop(idem: Idem, p: Arc<Periodic>, mut stop: watch:
         after = tick;
     }
     tracing::info!(periodic = p.name(), "the schedule has no more ticks");
+}
+
+/// Where a starting worker's ticks begin: just before the latest tick of the catch-up
+/// window (the one a restart may have missed; older ones are not enqueued), else now.
+fn start_after(p: &Periodic, now: Timestamp) -> Timestamp {
+    let mut latest = None;
+    let mut t = now - chrono_span(p.catch_up_window());
+    while let Some(tick) = p.next_after(t).filter(|tick| *tick <= now) {
+        latest = Some(tick);
+        t = tick;
+    }
+    match latest {
+        Some(tick) => tick - chrono::Duration::milliseconds(1),
+        None => now,
+    }
 }
 
 /// Waits until the database's clock reaches `tick`; false when stopped first.
