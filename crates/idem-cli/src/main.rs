@@ -160,6 +160,7 @@ enum Command {
 /// ([`Exit::of`]).
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    end_quietly_on_a_closed_pipe(&cli.command);
     // Dropped last, after the runtime: flushes the OpenTelemetry export (`otel` feature).
     let _otel = init_tracing(&cli);
     let runtime = match tokio::runtime::Runtime::new() {
@@ -175,6 +176,28 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             Exit::of(&e).code()
         }
+    }
+}
+
+/// A command that prints and ends (a list, a show, an action's summary) exits quietly
+/// when its reader closes the pipe (`idem queues | head -1`), as Unix tools do, instead
+/// of panicking on the failed write: SIGPIPE back to its default. The long-running
+/// commands keep Rust's default (ignored, so a write fails with an error instead): a
+/// server or a process with child processes must not die of a peer that went away.
+fn end_quietly_on_a_closed_pipe(command: &Command) {
+    let long_running = matches!(
+        command,
+        Command::Demo(_)
+            | Command::Bench(_)
+            | Command::Chaos(_)
+            | Command::ChaosWorker(_)
+            | Command::ChaosSink(_)
+            | Command::Worker(_)
+            | Command::Serve(_)
+    );
+    if !long_running {
+        // SAFETY: signal(2) with SIG_DFL, before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
 }
 
