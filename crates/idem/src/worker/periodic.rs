@@ -37,19 +37,17 @@ pub(super) async fn periodic_loop(idem: Idem, p: Arc<Periodic>, mut stop: watch:
         }
     };
     while let Some(tick) = p.next_after(after) {
-        if !until(&idem, tick, &mut stop).await {
+        let Some(now) = until(&idem, tick, &mut stop).await else {
             return;
-        }
+        };
         // After a stall (a paused process), ticks older than the catch-up window (and
         // than STALL, so that a tick reached a little late still counts) are given up,
         // as a restart would give them up.
-        if let Ok(now) = idem.now().await {
-            let oldest = now - chrono_span(p.catch_up_window().max(STALL));
-            if tick < oldest {
-                tracing::warn!(periodic = p.name(), %tick, "ticks older than the catch-up window were missed (the process stalled); they are not enqueued");
-                after = oldest;
-                continue;
-            }
+        let oldest = now - chrono_span(p.catch_up_window().max(STALL));
+        if tick < oldest {
+            tracing::warn!(periodic = p.name(), %tick, "ticks older than the catch-up window were missed (the process stalled); they are not enqueued");
+            after = oldest;
+            continue;
         }
         if !enqueue(&idem, &p, tick, &mut stop).await {
             return;
@@ -74,26 +72,27 @@ fn start_after(p: &Periodic, now: Timestamp) -> Timestamp {
     }
 }
 
-/// Waits until the database's clock reaches `tick`; false when stopped first.
-async fn until(idem: &Idem, tick: Timestamp, stop: &mut watch::Receiver<bool>) -> bool {
+/// Waits until the database's clock reaches `tick`; the clock's reading then, or `None`
+/// when stopped first.
+async fn until(
+    idem: &Idem,
+    tick: Timestamp,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<Timestamp> {
     loop {
-        let now = match idem.now().await {
-            Ok(now) => now,
-            Err(_) => {
-                if wait(RETRY, stop).await {
-                    return false;
-                }
-                continue;
+        let Ok(now) = idem.now().await else {
+            if wait(RETRY, stop).await {
+                return None;
             }
+            continue;
         };
-        let Ok(left) = (tick - now).to_std() else {
-            return true;
-        };
-        if left.is_zero() {
-            return true;
-        }
-        if wait(left, stop).await {
-            return false;
+        match (tick - now).to_std() {
+            Ok(left) if !left.is_zero() => {
+                if wait(left, stop).await {
+                    return None;
+                }
+            }
+            _ => return Some(now),
         }
     }
 }
