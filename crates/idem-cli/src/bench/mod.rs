@@ -225,11 +225,20 @@ pub struct Figure {
     pub unit: &'static str,
     /// The same statements without the engine, when meaningful (the ratio's).
     pub ceiling: Option<f64>,
-    /// Further ceilings of the same figure: what each runs, and its value.
+    /// Further ceilings of the same figure, printed under it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub other_ceilings: Vec<(String, f64)>,
+    pub other_ceilings: Vec<OtherCeiling>,
     /// What the figure counts, for the reader.
     pub note: String,
+}
+
+/// A further ceiling of a figure: what it runs, and its value in the figure's unit.
+#[derive(Debug, Clone, Serialize)]
+pub struct OtherCeiling {
+    /// What the ceiling runs.
+    pub what: String,
+    /// Its value.
+    pub value: f64,
 }
 
 impl Figure {

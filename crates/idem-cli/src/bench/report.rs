@@ -95,21 +95,22 @@ pub fn print(
             "{name:<10} {:<34} {:>12.1} {:<7} {ceiling:>12} {ratio:>7}",
             f.metric, f.value, f.unit
         );
-        for (i, (_, c)) in f.other_ceilings.iter().enumerate() {
+        for (i, c) in f.other_ceilings.iter().enumerate() {
             let label = format!("  (ceiling {})", i + 2);
             println!(
-                "{name:<10} {label:<34} {:>12} {:<7} {c:>12.1} {:>7.2}",
+                "{name:<10} {label:<34} {:>12} {:<7} {:>12.1} {:>7.2}",
                 "",
                 f.unit,
-                f.value / c.max(1e-9)
+                c.value,
+                f.value / c.value.max(1e-9)
             );
         }
     }
     println!();
     for f in figures.iter().filter(|f| !f.note.is_empty()) {
         println!("  {:<34} {}", f.metric, f.note);
-        for (i, (what, _)) in f.other_ceilings.iter().enumerate() {
-            println!("  {:<34} ceiling {}: {what}", "", i + 2);
+        for (i, c) in f.other_ceilings.iter().enumerate() {
+            println!("  {:<34} ceiling {}: {}", "", i + 2, c.what);
         }
     }
     Ok(())

@@ -259,7 +259,12 @@ async fn fenced(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
         "{} jobs: fence check, one effect row, completion, commit; ceiling: {}",
         args.jobs, first.what
     );
-    f.other_ceilings = ceilings.map(|c| (c.what, c.rate)).collect();
+    f.other_ceilings = ceilings
+        .map(|c| super::OtherCeiling {
+            what: c.what,
+            value: c.rate,
+        })
+        .collect();
     Ok(vec![f])
 }
 
