@@ -213,3 +213,96 @@ fn complete_many(c: &Connection, leases: &[LeaseToken]) -> StoreResult<()> {
     exec(c, ATTEMPTS_COMPLETED, [ids])?;
     c.execute_batch("COMMIT").map_err(interpret_error)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{SqliteOptions, SqliteStore};
+    use idem_store::{JobInsert, NewJob, Store};
+
+    const EFFECT: &str = "INSERT INTO bench_effect (job_id, fence) VALUES ($1, $2)";
+
+    fn job(queue: &str) -> NewJob {
+        NewJob {
+            kind: "k".into(),
+            queue: queue.into(),
+            args: serde_json::json!({}),
+            priority: 0,
+            run_at: None,
+            max_attempts: 1,
+            enqueue_key: None,
+            claim: None,
+            principal: None,
+            batch_id: None,
+            follows_job: None,
+            follows_batch: None,
+            trace_parent: None,
+        }
+    }
+
+    async fn count(store: &SqliteStore, sql: &str) -> i64 {
+        store.query(sql, &[]).await.unwrap()[0][0].as_i64().unwrap()
+    }
+
+    /// The loops do what the store's operations do: every job fenced-completed once,
+    /// with its effect row and attempt row, in groups that do not divide the jobs
+    /// evenly; a stale lease is refused; the drain completes what it claims.
+    #[tokio::test]
+    async fn the_ceiling_loops_complete_every_job_once() {
+        let dir = std::env::temp_dir().join(format!("idem-ceiling-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("c.db");
+        let url = format!("sqlite://{}", path.display());
+        let store = SqliteStore::connect(&url, SqliteOptions::default())
+            .await
+            .unwrap();
+        store.migrate().await.unwrap();
+        let mut tx = store.begin().await.unwrap();
+        tx.execute(
+            "CREATE TABLE bench_effect (job_id BIGINT, fence BIGINT)",
+            &[],
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+        for queue in ["f", "d"] {
+            let jobs = (0..10).map(|_| job(queue)).collect();
+            store
+                .job_insert(JobInsert {
+                    jobs,
+                    ..JobInsert::default()
+                })
+                .await
+                .unwrap();
+        }
+        let p = path.clone();
+        let (took, stale) = tokio::task::spawn_blocking(move || {
+            let leases = claim_all(&p, "f", 4).unwrap();
+            assert_eq!(leases.len(), 10);
+            let took = fenced(&p, &leases, EFFECT, Durability::Normal, 3).unwrap();
+            (
+                took,
+                fenced(&p, &leases[..1], EFFECT, Durability::Normal, 1),
+            )
+        })
+        .await
+        .unwrap();
+        assert!(took > Duration::ZERO);
+        assert!(stale.unwrap_err().is_lease_lost());
+        let p = path.clone();
+        let (n, _) = tokio::task::spawn_blocking(move || drain(&p, "d", Durability::Normal, 4))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(n, 10);
+        let done = "SELECT count(*) FROM idem_job WHERE state = 'completed'";
+        assert_eq!(count(&store, done).await, 20);
+        assert_eq!(
+            count(&store, "SELECT count(*) FROM idem_job_attempt").await,
+            20
+        );
+        assert_eq!(count(&store, "SELECT count(*) FROM bench_effect").await, 10);
+        store.close().await;
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
