@@ -454,3 +454,77 @@ fn search_path_goes_into_the_query_string() {
         "postgres://u@h/db?sslmode=disable&options=-c%20search_path%3Ds"
     );
 }
+
+/// The fence check sent with `BEGIN` (`ops::job::begin_lock`), on a pool of one
+/// connection so every transaction reuses it: the statement it prepares on first use
+/// serves the next transaction, is prepared again after a migration changed the job
+/// table's columns, and a transaction dropped after its fence check is rolled back
+/// before the connection serves the next one.
+#[tokio::test]
+async fn the_fence_check_travels_with_begin() {
+    let Some(url) = test_url() else { return };
+    let schema = fresh_schema();
+    let options = PgOptions {
+        schema: Some(schema.clone()),
+        max_connections: 1,
+        ..PgOptions::default()
+    };
+    let store = PgStore::connect(&url, options).await.unwrap();
+    store.migrate().await.unwrap();
+    let job = new_job("fold");
+    let jobs = vec![job.clone(), job];
+    let ins = JobInsert {
+        jobs,
+        ..JobInsert::default()
+    };
+    store.job_insert(ins).await.unwrap();
+    let t0 = store.now().await.unwrap();
+    let claimed = store.job_claim(claim("fold", 2, t0)).await.unwrap();
+    let (a, b) = (claimed[0].lease_token(), claimed[1].lease_token());
+    for (lease, alter) in [(a, None), (a, Some("ADD COLUMN fold_extra integer"))] {
+        if let Some(alter) = alter {
+            let sql = format!("ALTER TABLE idem_job {alter}");
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(&store.pool)
+                .await
+                .unwrap();
+        }
+        let mut tx = store.begin().await.unwrap();
+        let row = tx.job_lock(idem_store::JobLock::of(lease)).await.unwrap();
+        assert_eq!(
+            (row.id, row.fence, row.state),
+            (lease.job_id, lease.fence, JobState::Running)
+        );
+        tx.commit().await.unwrap();
+    }
+    // Dropped after its fence check and a write: rolled back, the connection clean.
+    let mut tx = store.begin().await.unwrap();
+    tx.job_lock(idem_store::JobLock::of(b)).await.unwrap();
+    let done = tx
+        .job_complete(JobComplete {
+            lease: b,
+            result: None,
+            now: None,
+        })
+        .await;
+    assert_eq!(done.unwrap().state, JobState::Completed);
+    drop(tx);
+    let stale = LeaseToken {
+        fence: b.fence + 1,
+        ..b
+    };
+    let mut tx = store.begin().await.unwrap();
+    let err = tx
+        .job_lock(idem_store::JobLock::of(stale))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LeaseLost { .. }), "{err}");
+    drop(tx);
+    let row = store.job_get(b.job_id).await.unwrap().unwrap();
+    assert_eq!(
+        row.state,
+        JobState::Running,
+        "the dropped completion was rolled back"
+    );
+    drop_schema(&store, &schema).await;
+}

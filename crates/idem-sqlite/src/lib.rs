@@ -33,6 +33,8 @@
 
 // The chaos-break features reach idem-store, whose `compile_error!` refuses them in a
 // release build.
+#[doc(hidden)]
+pub mod ceiling;
 #[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
 mod chaos;
 mod connect;
