@@ -16,11 +16,9 @@ use idem_store::{
     JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, JobState, LeaseRenewal,
     LeaseToken, StoreError, StoreResult,
 };
-use sqlx::postgres::PgRow;
 use sqlx::{Executor, PgConnection, Postgres};
 
 use super::{first_ids, guarded, job_attempt};
-use crate::connect::BEGIN;
 use crate::error::interpret_error;
 use crate::row;
 
@@ -179,69 +177,6 @@ where
         .bind(p.lease.fence)
         .bind(p.idle_timeout_ms);
     guarded(ex, q, p.lease, row::job).await
-}
-
-/// Name of the fence check as this crate prepares it server-side (`PREPARE`), once per
-/// connection, for [`begin_lock`].
-const LOCK_PREPARED: &str = "idem_job_lock";
-
-/// Opens the transaction and runs the fence check in one round trip: `BEGIN` and
-/// `EXECUTE` of `job/lock.sql` prepared on the server, as one simple query (sqlx sends
-/// its own prepared statements one per round trip, so they cannot share `BEGIN`'s). The
-/// caller has not sent `BEGIN`; after this returns, with or without an error, it has.
-/// The first use on a connection, or one after a migration changed the job table,
-/// prepares the statement (again) and tries once more.
-pub(crate) async fn begin_lock(c: &mut PgConnection, p: JobLock) -> StoreResult<JobRow> {
-    let timeout = p
-        .idle_timeout_ms
-        .map_or("NULL".to_owned(), |ms| ms.to_string());
-    // Integers only, so they can stand in the query's text.
-    let exec = format!(
-        "{BEGIN}; EXECUTE {LOCK_PREPARED}({}, {}, {timeout})",
-        p.lease.job_id, p.lease.fence
-    );
-    let rows = match raw_rows(c, &exec).await {
-        Err(e) if needs_prepare(&e) => {
-            raw_rows(c, &prepare_lock(&e))
-                .await
-                .map_err(interpret_error)?;
-            raw_rows(c, &exec).await.map_err(interpret_error)?
-        }
-        other => other.map_err(interpret_error)?,
-    };
-    match rows.first() {
-        Some(r) => row::job(r),
-        None => Err(StoreError::lease_lost(p.lease)),
-    }
-}
-
-async fn raw_rows(c: &mut PgConnection, sql: &str) -> Result<Vec<PgRow>, sqlx::Error> {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_all(c)
-        .await
-}
-
-/// The prepared fence check is missing on this connection (26000), or a migration
-/// changed the columns it returns (0A000, "cached plan must not change result type").
-fn needs_prepare(e: &sqlx::Error) -> bool {
-    let code = e.as_database_error().and_then(|d| d.code());
-    matches!(code.as_deref(), Some("26000") | Some("0A000"))
-}
-
-/// Ends the failed transaction and (re)prepares the fence check.
-fn prepare_lock(e: &sqlx::Error) -> String {
-    let sql = include_str!("../../queries/job/lock.sql");
-    #[cfg(feature = "chaos-break-fence")]
-    let sql = crate::chaos::unfenced(sql);
-    let stale = e
-        .as_database_error()
-        .and_then(|d| d.code())
-        .is_some_and(|code| code == "0A000");
-    let deallocate = match stale {
-        true => format!("DEALLOCATE {LOCK_PREPARED}; "),
-        false => String::new(),
-    };
-    format!("ROLLBACK; {deallocate}PREPARE {LOCK_PREPARED}(bigint, bigint, bigint) AS\n{sql}")
 }
 
 /// Completes a job under its fence and records the attempt, in one statement.
