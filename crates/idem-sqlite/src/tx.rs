@@ -99,13 +99,7 @@ impl SqliteTx {
             self.member = Some(m);
             return self.writer.inline(|w| w.run(m, f));
         }
-        let (m, out) = self
-            .writer
-            .run(move |w| {
-                let m = w.enter()?;
-                Ok((m, w.run(m, f)))
-            })
-            .await?;
+        let (m, out) = self.writer.open(f).await?;
         self.member = Some(m);
         out
     }

@@ -11,6 +11,8 @@
 //! unacknowledged group, and later groups commit after earlier ones, so a member that is
 //! durable implies every member before it is.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use idem_store::{StoreError, StoreResult};
@@ -34,6 +36,15 @@ pub(crate) struct WriteConn {
     member: Option<u64>,
     next_id: u64,
     limits: GroupLimits,
+    /// Set only while the group's own `COMMIT` runs: SQLite's commit hook refuses every
+    /// other commit, so a statement that runs after an error ended the transaction (in
+    /// autocommit) is rolled back, not kept behind a caller told "failed".
+    committing: Arc<AtomicBool>,
+    /// Rollbacks of a whole transaction so far (SQLite's rollback hook), and how many
+    /// there had been when the open group began: a group survives none of them, even if
+    /// a statement began another transaction after one.
+    rollbacks: Arc<AtomicU64>,
+    begun_after: u64,
 }
 
 struct Group {
@@ -63,14 +74,27 @@ impl Durable {
 }
 
 impl WriteConn {
-    pub(crate) fn new(conn: Connection, limits: GroupLimits) -> WriteConn {
-        WriteConn {
+    pub(crate) fn new(conn: Connection, limits: GroupLimits) -> StoreResult<WriteConn> {
+        let committing = Arc::new(AtomicBool::new(false));
+        let allowed = committing.clone();
+        conn.commit_hook(Some(move || !allowed.load(Ordering::SeqCst)))
+            .map_err(interpret_error)?;
+        let rollbacks = Arc::new(AtomicU64::new(0));
+        let counted = rollbacks.clone();
+        conn.rollback_hook(Some(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }))
+        .map_err(interpret_error)?;
+        Ok(WriteConn {
             conn: Some(conn),
             group: None,
             member: None,
             next_id: 1,
             limits,
-        }
+            committing,
+            rollbacks,
+            begun_after: 0,
+        })
     }
 
     /// The connection; `Unavailable` once closed.
@@ -99,6 +123,7 @@ impl WriteConn {
         }
         self.rollback_all(); // a transaction no group accounts for is an orphan
         exec(self.conn()?, "BEGIN IMMEDIATE")?;
+        self.begun_after = self.rollbacks.load(Ordering::SeqCst);
         let id = self.next_id;
         self.next_id += 1;
         self.group = Some(Group {
@@ -142,15 +167,13 @@ impl WriteConn {
         let out = f(self.conn()?);
         match &out {
             Err(_) => self.after_error(),
-            // A statement that ended the transaction without an error was a COMMIT or a
-            // ROLLBACK run inside it: whether the group's writes were kept is unknown.
+            // A statement that ended the transaction without an error was a ROLLBACK run
+            // inside it (the commit hook turns a COMMIT into an error and a rollback),
+            // perhaps followed by a BEGIN.
             Ok(_) if !self.alive() => {
-                self.fail_group(StoreError::Unavailable(
-                    "the outcome of the SQLite transaction is unknown: a statement inside a \
-                     transaction sharing its commit (a COMMIT or ROLLBACK, which a \
-                     transaction must not run) ended it; its writes may or may not have \
-                     been kept"
-                        .into(),
+                self.fail_group(lost(
+                    "a statement inside a transaction sharing its commit (a ROLLBACK, which \
+                     a transaction must not run) ended it",
                 ));
                 return Err(StoreError::Invalid(
                     "a statement ended the SQLite transaction it ran in; end a transaction \
@@ -256,7 +279,12 @@ impl WriteConn {
             return;
         };
         let result = match self.conn() {
-            Ok(c) if !c.is_autocommit() => exec(c, "COMMIT"),
+            Ok(c) if self.alive() => {
+                self.committing.store(true, Ordering::SeqCst);
+                let committed = exec(c, "COMMIT");
+                self.committing.store(false, Ordering::SeqCst);
+                committed
+            }
             Ok(_) => Err(lost("SQLite had ended the transaction")),
             Err(e) => Err(e),
         };
@@ -292,8 +320,10 @@ impl WriteConn {
         self.enter()
     }
 
+    /// Whether the group's transaction is still SQLite's open transaction.
     fn alive(&self) -> bool {
         self.conn.as_ref().is_some_and(|c| !c.is_autocommit())
+            && self.rollbacks.load(Ordering::SeqCst) == self.begun_after
     }
 
     /// After an error: if SQLite ended the transaction, every member of the group lost
@@ -317,7 +347,7 @@ impl WriteConn {
     }
 
     /// A savepoint left open by a member whose caller vanished without ending it.
-    fn drop_orphan(&mut self) {
+    pub(crate) fn drop_orphan(&mut self) {
         if let Some(m) = self.member {
             tracing::warn!("rolling back an SQLite transaction its caller left open");
             self.abandon(Member(m));

@@ -79,7 +79,7 @@ impl Writer {
     /// Starts the thread for `conn`.
     pub(crate) fn spawn(conn: Connection, limits: GroupLimits) -> StoreResult<Writer> {
         let (tasks, inbox) = mpsc::channel::<Task>();
-        let conn = Arc::new(Mutex::new(WriteConn::new(conn, limits)));
+        let conn = Arc::new(Mutex::new(WriteConn::new(conn, limits)?));
         let inflight = Arc::new(Inflight::default());
         let coming = Arc::new(AtomicUsize::new(0));
         let thread = {
@@ -105,21 +105,6 @@ impl Writer {
         self.coming.clone()
     }
 
-    /// Sends `f` to the thread without waiting for it to run. Returns the receiver of its
-    /// result, so a caller can let go of the writer before the reply arrives.
-    pub(crate) fn send<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut WriteConn) -> StoreResult<R> + Send + 'static,
-    ) -> StoreResult<Reply<R>> {
-        let (reply, rx) = oneshot::channel();
-        // The caller's span (a job attempt's) follows the closure to the writer thread.
-        let span = tracing::debug_span!("idem_sqlite.write");
-        self.push(Box::new(move |w| {
-            let _ = reply.send(span.in_scope(|| f(w)));
-        }))?;
-        Ok(Reply(rx))
-    }
-
     /// Sends `op` to run as one member of the group commit; its result arrives once the
     /// group's `COMMIT` has returned. `coming` ends when the member does.
     pub(crate) fn send_member<R: Send + 'static>(
@@ -140,12 +125,29 @@ impl Writer {
         Ok(Reply(rx))
     }
 
-    /// Runs `f` on the thread and waits for its result.
-    pub(crate) async fn run<R: Send + 'static>(
+    /// Opens a member on the thread (beginning a group if none is open) and runs `f` in
+    /// it: a transaction's first statement. A member whose caller is gone before it takes
+    /// the result is rolled back to its savepoint, so it does not hold the group (and the
+    /// file's write lock) open.
+    pub(crate) async fn open<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut WriteConn) -> StoreResult<R> + Send + 'static,
-    ) -> StoreResult<R> {
-        self.send(f)?.wait().await
+        f: impl FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
+    ) -> StoreResult<(Member, StoreResult<R>)> {
+        let (reply, rx) = oneshot::channel();
+        let span = tracing::debug_span!("idem_sqlite.write");
+        let conn = self.conn.clone();
+        self.push(Box::new(move |w| {
+            let opened = span.in_scope(|| w.enter().map(|m| (m, w.run(m, f))));
+            let opened = opened.map(|(m, out)| (Opened(Some((m, conn))), out));
+            if let Err(Ok((mut o, _))) = reply.send(opened)
+                && let Some((m, _)) = o.0.take()
+            {
+                w.abandon(m); // the caller left before the reply was sent
+            }
+        }))?;
+        let (mut o, out) = Reply(rx).wait().await?;
+        let (m, _) = o.0.take().expect("an opened member is taken once");
+        Ok((m, out))
     }
 
     /// Has the thread look at the open group (and commit it if it is due). Nothing
@@ -213,6 +215,18 @@ impl Writer {
     }
 }
 
+/// A member opened on the writer thread for a caller that has not taken it yet: dropped
+/// untaken (its caller left after the reply was sent), it rolls back to its savepoint.
+struct Opened(Option<(Member, Arc<Mutex<WriteConn>>)>);
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        if let Some((m, conn)) = self.0.take() {
+            lock(&conn).abandon(m);
+        }
+    }
+}
+
 /// The pending result of a closure sent to the writer.
 pub(crate) struct Reply<R>(oneshot::Receiver<StoreResult<R>>);
 
@@ -262,6 +276,8 @@ fn serve(
                 && catch_unwind(AssertUnwindSafe(|| task(&mut w))).is_err()
             {
                 tracing::error!("an operation on the SQLite writer thread panicked");
+                // Its caller hears the reply channel closed and will never end its member.
+                w.drop_orphan();
             }
             if w.due(coming.load(Ordering::SeqCst)) {
                 w.commit();
