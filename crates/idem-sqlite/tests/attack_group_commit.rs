@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{Tx, a_waits_for_b, insert, pending, rows};
 use idem_sqlite::rusqlite as rusqlite_conn;
 use idem_sqlite::{SqliteStore, SqliteTx};
-use idem_store::Store;
+use idem_store::{Store, StoreError};
 
 const WINDOW: Duration = Duration::from_secs(600);
 
@@ -264,4 +264,74 @@ async fn a_rollback_and_begin_inside_a_transaction_does_not_pass_for_the_group()
     let outcome = poisoned(|c| c.execute_batch("ROLLBACK; BEGIN")).await;
     assert!(!outcome.0, "a hears its writes were not kept");
     told_the_truth(outcome);
+}
+
+/// Tables whose deferred foreign key is checked only at the outer `COMMIT`.
+async fn deferred(store: &SqliteStore) {
+    let mut setup = store.begin().await.expect("begin");
+    for sql in [
+        "CREATE TABLE parent (id INTEGER PRIMARY KEY)",
+        "CREATE TABLE child (pid INTEGER REFERENCES parent (id) DEFERRABLE INITIALLY DEFERRED)",
+    ] {
+        setup.execute(sql, &[]).await.expect(sql);
+    }
+    setup.commit().await.expect("setup");
+}
+
+/// [`a_waits_for_b`], `b` having written a row whose deferred parent key is missing.
+async fn b_violates_a_deferred_key(store: &SqliteStore) -> (common::Commit, Tx) {
+    deferred(store).await;
+    let (a_commit, mut b) = a_waits_for_b(store).await;
+    b.execute("INSERT INTO child (pid) VALUES (42)", &[])
+        .await
+        .expect("a deferred violation is accepted at the statement");
+    (a_commit, b)
+}
+
+/// `b` releases a row violating a deferred foreign key into the group `a` waits on: the
+/// shared `COMMIT` fails and keeps nothing, and `a`, which may not be the culprit, hears
+/// a retryable error (a worker would otherwise fail its job for good on `Invalid`).
+#[tokio::test]
+async fn a_member_failed_by_a_shared_commit_hears_a_retryable_error() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = store(&dir).await;
+    let (a_commit, b) = b_violates_a_deferred_key(&store).await;
+    assert!(b.commit().await.is_err(), "the shared COMMIT failed");
+    let err = a_commit.await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err:?}");
+    assert_eq!(rows(&store).await, Vec::<i64>::new(), "nothing was kept");
+
+    // Alone, the violation is the committer's own: it hears the constraint.
+    let mut c = store.begin().await.expect("begin c");
+    c.execute("INSERT INTO child (pid) VALUES (42)", &[])
+        .await
+        .expect("accepted at the statement");
+    let err = c.commit().await.unwrap_err();
+    assert!(matches!(err, StoreError::Invalid(_)), "{err:?}");
+    store.close().await;
+}
+
+/// A deferred foreign key is checked at the outer `COMMIT`, which the members share: `b`
+/// releases a row whose parent is missing, and the group's `COMMIT` fails. Alone, `a`
+/// would have committed; in the group it hears "failed" (truthfully: nothing was kept).
+#[tokio::test]
+#[ignore = "finding: a deferred constraint one member violates fails the shared COMMIT, \
+            so every member of its group fails (told the truth, and with a retryable \
+            error, but a member's outcome depends on another's); a fix would check \
+            sqlite3_db_status(SQLITE_DBSTATUS_DEFERRED_FKS) at each release, which \
+            rusqlite does not wrap (unsafe FFI)"]
+async fn a_deferred_foreign_key_violated_by_one_member_fails_only_that_member() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = store(&dir).await;
+    let (a_commit, b) = b_violates_a_deferred_key(&store).await;
+    let b_result = b.commit().await;
+    let a_result = a_commit.await;
+    let kept = rows(&store).await;
+    assert_eq!(a_result.is_ok(), kept.contains(&1), "a heard the truth");
+    assert!(b_result.is_err(), "b's commit fails its deferred check");
+    assert!(
+        a_result.is_ok(),
+        "a does not fail for b's violation: {a_result:?}"
+    );
+    store.close().await;
 }

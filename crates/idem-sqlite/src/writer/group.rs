@@ -291,6 +291,15 @@ impl WriteConn {
         if result.is_err() {
             self.rollback_all();
         }
+        // A COMMIT that fails (a deferred constraint) may be one member's doing, unknown
+        // which: the others must hear a retryable error, not the culprit's `Invalid`.
+        let result = match result {
+            Err(e) if group.waiters.len() > 1 => Err(lost(&format!(
+                "the COMMIT it shared with other transactions failed ({e}), perhaps \
+                 for another one's writes"
+            ))),
+            r => r,
+        };
         for w in group.waiters {
             w(result.clone());
         }
