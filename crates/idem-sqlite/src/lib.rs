@@ -98,7 +98,7 @@ impl WriterLock {
     /// handler writing through the client while its own transaction is open would).
     /// Counts a transaction from now until it ends.
     pub(crate) fn coming(&self) -> writer::Coming {
-        writer::Coming::new(&self.coming)
+        writer::Coming::new(&self.coming, &self.writer)
     }
 
     pub(crate) async fn acquire(&self) -> StoreResult<tokio::sync::OwnedMutexGuard<Writer>> {

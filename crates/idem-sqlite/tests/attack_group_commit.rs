@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use common::{Tx, a_waits_for_b, insert, pending, rows};
@@ -226,20 +228,31 @@ async fn a_panic_in_an_inline_statement_undoes_only_that_transaction() {
     store.close().await;
 }
 
-/// A group whose waiter waits for a transaction that gave up asking for the writer is
-/// committed by `close`, and its member hears so.
+type Begin<'a> = Pin<Box<dyn Future<Output = idem_store::StoreResult<Tx>> + Send + 'a>>;
+
+/// `a` wrote 1 and committed while another transaction was asking for the writer: `a`
+/// waits for a group that transaction has not joined.
+async fn a_waits_for_one_asking(store: &SqliteStore) -> (common::Commit, Begin<'_>) {
+    let mut a = store.begin().await.expect("begin a");
+    insert(&mut a, 1).await;
+    let mut asking = Box::pin(store.begin());
+    assert!(pending(asking.as_mut()), "it waits for a");
+    let mut a_commit = a.commit();
+    assert!(pending(a_commit.as_mut()), "a waits: another is coming");
+    (a_commit, asking)
+}
+
+/// `close` asked for the writer while a group waited for a transaction asking before it,
+/// which then gave up: `close` commits the open group and its member hears so.
 #[tokio::test]
 async fn close_commits_an_open_group_and_tells_its_waiters() {
     let dir = tempfile::tempdir().expect("dir");
     let store = store(&dir).await;
-    let mut a = store.begin().await.expect("begin a");
-    insert(&mut a, 1).await;
-    let mut gone = Box::pin(store.begin());
-    assert!(pending(gone.as_mut()), "gone waits for a");
-    let mut a_commit = a.commit();
-    assert!(pending(a_commit.as_mut()), "a waits: another is coming");
+    let (a_commit, gone) = a_waits_for_one_asking(&store).await;
+    let mut closing = Box::pin(store.close());
+    assert!(pending(closing.as_mut()), "close waits for its turn");
     drop(gone);
-    store.close().await;
+    closing.await;
     a_commit.await.expect("close committed a's group");
     let fresh = open(&dir).await;
     assert_eq!(rows(&fresh).await, vec![1]);
@@ -333,5 +346,23 @@ async fn a_deferred_foreign_key_violated_by_one_member_fails_only_that_member() 
         a_result.is_ok(),
         "a does not fail for b's violation: {a_result:?}"
     );
+    store.close().await;
+}
+
+/// `a` committed while another transaction asked for the writer, then that one gave up
+/// (its `begin` dropped, as a timeout around it would): `a`'s group is due at once, not
+/// at the end of its window (600 s here; the timeout only turns a regression into a
+/// failure instead of a hang).
+#[tokio::test]
+async fn a_group_whose_coming_transaction_gives_up_commits_without_waiting_its_window() {
+    let dir = tempfile::tempdir().expect("dir");
+    let store = store(&dir).await;
+    let (a_commit, gone) = a_waits_for_one_asking(&store).await;
+    drop(gone);
+    tokio::time::timeout(Duration::from_secs(60), a_commit)
+        .await
+        .expect("a's group commits once no one is coming")
+        .expect("a commits");
+    assert_eq!(rows(&store).await, vec![1]);
     store.close().await;
 }

@@ -15,7 +15,7 @@ mod group;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak, mpsc};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -53,16 +53,26 @@ impl Inflight {
 
 /// A transaction on its way to the writer: counted from the moment it asks for the
 /// writer until it ends, so a member ending knows whether another will join its group.
-pub(crate) struct Coming(Option<Arc<AtomicUsize>>);
+pub(crate) struct Coming {
+    count: Option<Arc<AtomicUsize>>,
+    /// Poked if the transaction gives up before it ends (its wait for the writer dropped
+    /// or timed out): a group waiting for it may be due now.
+    turn: Weak<tokio::sync::Mutex<Writer>>,
+}
 
 impl Coming {
-    /// Ends the count; returns how many others are still coming.
-    pub(crate) fn end(mut self) -> usize {
-        self.take()
+    /// Counts a transaction coming to the writer `turn` guards until it ends.
+    pub(crate) fn new(count: &Arc<AtomicUsize>, turn: &Arc<tokio::sync::Mutex<Writer>>) -> Coming {
+        count.fetch_add(1, Ordering::SeqCst);
+        Coming {
+            count: Some(count.clone()),
+            turn: Arc::downgrade(turn),
+        }
     }
 
-    fn take(&mut self) -> usize {
-        match self.0.take() {
+    /// Ends the count; returns how many others are still coming.
+    pub(crate) fn end(mut self) -> usize {
+        match self.count.take() {
             Some(c) => c.fetch_sub(1, Ordering::SeqCst) - 1,
             None => 0,
         }
@@ -71,7 +81,15 @@ impl Coming {
 
 impl Drop for Coming {
     fn drop(&mut self) {
-        self.take();
+        if let Some(c) = self.count.take() {
+            c.fetch_sub(1, Ordering::SeqCst);
+            // A holder of the writer looks at the group itself when it ends.
+            if let Some(turn) = self.turn.upgrade()
+                && let Ok(writer) = turn.try_lock()
+            {
+                writer.poke();
+            }
+        }
     }
 }
 
@@ -233,14 +251,6 @@ pub(crate) struct Reply<R>(oneshot::Receiver<StoreResult<R>>);
 impl<R> Reply<R> {
     pub(crate) async fn wait(self) -> StoreResult<R> {
         self.0.await.map_err(|_| stopped())?
-    }
-}
-
-impl Coming {
-    /// Counts a transaction coming to the writer of `counter` until it ends.
-    pub(crate) fn new(counter: &Arc<AtomicUsize>) -> Coming {
-        counter.fetch_add(1, Ordering::SeqCst);
-        Coming(Some(counter.clone()))
     }
 }
 
