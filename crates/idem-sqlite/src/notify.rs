@@ -133,7 +133,14 @@ mod imp {
             }
             let mut last = None;
             for _ in 0..BIND_TRIES {
-                let dir = self.create_dir().map_err(|e| self.error("create", e))?;
+                let dir = match self.create_dir() {
+                    Ok(dir) => dir,
+                    Err(e) if unusable(&e) => {
+                        tracing::warn!(path = %self.dir.display(), error = %e, "cannot use the wake-up directory; workers in other processes will poll");
+                        return Ok(None);
+                    }
+                    Err(e) => return Err(self.error("create", e)),
+                };
                 match bind(&dir, self.mode) {
                     Ok((socket, name)) => {
                         let sub = Subscription::new(socket, dir, name, self)?;
@@ -171,6 +178,19 @@ mod imp {
             let dir = self.dir.display();
             StoreError::Unavailable(format!("cannot {what} the wake-up directory {dir}: {e}"))
         }
+    }
+
+    /// Whether `e` will not go away by trying again: the wake-up path is a symlink or not
+    /// a directory, or this process may not write beside the database.
+    fn unusable(e: &io::Error) -> bool {
+        let permanent = [
+            libc::ELOOP,
+            libc::ENOTDIR,
+            libc::EACCES,
+            libc::EPERM,
+            libc::EROFS,
+        ];
+        e.raw_os_error().is_some_and(|n| permanent.contains(&n))
     }
 
     /// Opens `path` as a directory, refusing a symlink.
@@ -454,11 +474,16 @@ mod tests {
         assert!(wake.join("evil.sock").symlink_metadata().is_ok());
         std::fs::remove_file(wake.join("evil.sock")).unwrap();
         drop(sub);
-        // A symlink planted as the directory itself: no channel, workers poll.
+        // A symlink planted as the directory itself, before or after the store opened:
+        // no channel, workers poll.
         std::os::unix::fs::symlink(&dir, &wake).unwrap();
         assert!(
             channel(&db).is_none(),
             "a symlinked wake-up directory was used"
+        );
+        assert!(
+            subscribe(&c).unwrap().is_none(),
+            "subscribed through a symlink"
         );
         std::fs::remove_dir_all(dir).unwrap();
     }
