@@ -20,6 +20,10 @@ use crate::error::interpret_error;
 
 /// Default time a write waits for another process's write lock.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default longest time a group commit waits for more transactions to join.
+pub const DEFAULT_GROUP_COMMIT_WINDOW: Duration = Duration::from_millis(2);
+/// Default most transactions in one group commit.
+pub const DEFAULT_GROUP_COMMIT_MAX: usize = 256;
 /// Default number of read connections.
 pub const DEFAULT_READERS: u32 = 4;
 
@@ -43,6 +47,11 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// Read connections.
     pub readers: u32,
+    /// Group commit: the longest a group of transactions stays open for more to join
+    /// while more are coming (with none coming, a transaction commits at once).
+    pub group_commit_window: Duration,
+    /// Group commit: the most transactions that share one `COMMIT`.
+    pub group_commit_max: usize,
 }
 
 impl Default for SqliteOptions {
@@ -51,6 +60,8 @@ impl Default for SqliteOptions {
             durability: Durability::Full,
             busy_timeout: DEFAULT_BUSY_TIMEOUT,
             readers: DEFAULT_READERS,
+            group_commit_window: DEFAULT_GROUP_COMMIT_WINDOW,
+            group_commit_max: DEFAULT_GROUP_COMMIT_MAX,
         }
     }
 }
@@ -144,8 +155,10 @@ impl Target {
         if self.create {
             c.execute_batch("PRAGMA journal_mode = WAL;")?;
         }
+        // temp_store: the savepoints of group commit keep their sub-journals in memory.
         c.execute_batch(&format!(
-            "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+            "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; \
+             PRAGMA temp_store = MEMORY;"
         ))
     }
 

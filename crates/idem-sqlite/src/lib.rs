@@ -3,17 +3,25 @@
 //! One file, WAL journal, `synchronous=FULL` unless told otherwise, and a busy timeout.
 //! The driver is rusqlite, and the thread model is what makes the store fast:
 //!
-//! - **One writer thread per store** owns the only write connection (`writer.rs`). Async
-//!   callers send it closures over a channel and await the reply. A store operation —
-//!   `job_complete_many` is `BEGIN IMMEDIATE`, an `UPDATE`, an attempt `INSERT` and
-//!   `COMMIT` — is *one* closure, so one hop between threads, not one per statement.
-//! - **Every write transaction opens with `BEGIN IMMEDIATE`**, so it holds SQLite's write
-//!   lock from its first statement: claims need no `SKIP LOCKED`, a fence check cannot be
-//!   overtaken before commit, and several processes on one file queue on the lock (up to
-//!   the busy timeout) instead of failing a read-to-write upgrade.
-//! - **An open [`SqliteTx`] holds the writer exclusively** (an async mutex) until it
-//!   commits, rolls back or is dropped; store operations wait for it. Each of its methods
-//!   is one hop. Dropping it rolls back.
+//! - **One write connection per store** (`writer/`), owned by a writer thread. Store
+//!   operations (claims, batched completions, enqueues) are closures sent to that
+//!   thread: `job_complete_many` is one closure, so one hop between threads, not one
+//!   per statement.
+//! - **Group commit**: every write transaction is a `SAVEPOINT` inside one outer
+//!   `BEGIN IMMEDIATE` transaction shared with the transactions around it, which commits
+//!   when none is coming, when it is full, or when its window (2 ms) has passed. A
+//!   caller hears "committed" only after that durable `COMMIT`; a failing transaction
+//!   rolls back to its savepoint and undoes only its own writes. Several handlers'
+//!   effect transactions thus share one disk flush.
+//! - **The write lock is held from the first statement**: claims need no `SKIP
+//!   LOCKED`, a fence check cannot be overtaken before commit, and several processes
+//!   on one file queue on the lock (up to the busy timeout) instead of failing a
+//!   read-to-write upgrade.
+//! - **An open [`SqliteTx`] holds the writer's turn** (an async mutex) until it
+//!   commits, rolls back or is dropped; store operations wait for it. Its statements run
+//!   on the caller's thread under the connection's mutex, with no thread switch; only a
+//!   first statement that must begin a group, and the group's `COMMIT`, go to the
+//!   writer thread. Dropping it rolls back its savepoint.
 //! - **Reads** (`job_get`, `job_list`, `now`, [`Store::query`], …) run on up to `readers`
 //!   separate connections on tokio's blocking pool (`reader.rs`), beside the writer.
 //!
@@ -25,6 +33,8 @@
 
 // The chaos-break features reach idem-store, whose `compile_error!` refuses them in a
 // release build.
+#[doc(hidden)]
+pub mod ceiling;
 #[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
 mod chaos;
 mod connect;
@@ -51,7 +61,10 @@ use idem_store::{
 use rusqlite::Connection;
 use tokio::sync::Mutex;
 
-pub use connect::{DEFAULT_BUSY_TIMEOUT, DEFAULT_READERS, Durability, SqliteOptions};
+pub use connect::{
+    DEFAULT_BUSY_TIMEOUT, DEFAULT_GROUP_COMMIT_MAX, DEFAULT_GROUP_COMMIT_WINDOW, DEFAULT_READERS,
+    Durability, SqliteOptions,
+};
 pub use error::interpret_error;
 pub use rusqlite;
 pub use tx::SqliteTx;
@@ -77,12 +90,19 @@ pub struct SqliteStore {
 pub(crate) struct WriterLock {
     writer: Arc<Mutex<Writer>>,
     wait: Duration,
+    /// Transactions asking for the writer or running on it ([`writer::Coming`]).
+    coming: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl WriterLock {
     /// The writer, once no open transaction holds it; [`idem_store::StoreError::Busy`]
     /// after the busy timeout, naming the likely cause, instead of waiting forever (a
     /// handler writing through the client while its own transaction is open would).
+    /// Counts a transaction from now until it ends.
+    pub(crate) fn coming(&self) -> writer::Coming {
+        writer::Coming::new(&self.coming)
+    }
+
     pub(crate) async fn acquire(&self) -> StoreResult<tokio::sync::OwnedMutexGuard<Writer>> {
         let lock = self.writer.clone().lock_owned();
         tokio::time::timeout(self.wait, lock).await.map_err(|_| {
@@ -141,8 +161,14 @@ impl SqliteStore {
                 idem_store::StoreError::Unavailable(format!("cannot open {url}: {e}"))
             })??;
         let notify = notify::channel(std::path::Path::new(conn.path().unwrap_or_default()));
+        let limits = writer::GroupLimits {
+            max: options.group_commit_max.max(1),
+            window: options.group_commit_window,
+        };
+        let spawned = Writer::spawn(conn, limits)?;
         let writer = WriterLock {
-            writer: Arc::new(Mutex::new(Writer::spawn(conn)?)),
+            coming: spawned.coming_counter(),
+            writer: Arc::new(Mutex::new(spawned)),
             wait: options.busy_timeout,
         };
         let readers = Readers::new(target, options.readers);
@@ -159,17 +185,15 @@ impl SqliteStore {
         self.write(|_| Ok(())).await
     }
 
-    /// Runs `op` in its own write transaction: one hop to the writer thread. The lock is
+    /// Runs `op` as its own transaction, a member of the writer's group commit: one hop
+    /// to the writer thread, then the wait for the group's durable commit. The lock is
     /// held only to send, so operations queue on the thread back to back.
     async fn write<R: Send + 'static>(
         &self,
         op: impl FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
     ) -> StoreResult<R> {
-        let reply = self
-            .writer
-            .acquire()
-            .await?
-            .send(move |c| ops::in_tx(c, op))?;
+        let coming = self.writer.coming();
+        let reply = self.writer.acquire().await?.send_member(op, coming)?;
         reply.wait().await
     }
 }

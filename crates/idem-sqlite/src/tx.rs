@@ -1,12 +1,13 @@
-//! [`SqliteTx`]: one `BEGIN IMMEDIATE` transaction on the writer thread, held exclusively
-//! from `begin` to commit, rollback or drop.
+//! [`SqliteTx`]: one write transaction, a member of the writer's group commit
+//! (`writer/group.rs`), holding the writer's turn from `begin` to commit, rollback or drop.
 //!
-//! The transaction owns the writer's lock, so no other operation of this store runs on
-//! the write connection while it is open (store operations wait their turn). Each method
-//! is one hop to the writer thread running one operation of `ops/`; the first also
-//! carries the `BEGIN IMMEDIATE`. Dropped without
-//! `commit`, it sends a rollback ahead of anything queued after it; and every `BEGIN`
-//! first rolls back any transaction a vanished caller left open.
+//! While it is open no other transaction of this store runs on the write connection
+//! (store operations wait their turn). Its statements run on the caller's thread under
+//! the connection's mutex, after the closures sent before it have run; only a first
+//! statement that must begin a new group goes to the writer thread (a `BEGIN IMMEDIATE`
+//! may wait on another process). `commit` releases its savepoint into the group and
+//! returns once the group's `COMMIT` has; dropped without `commit`, it rolls back to its
+//! savepoint, undoing only its own writes.
 
 use std::any::Any;
 
@@ -25,35 +26,34 @@ use tokio::sync::OwnedMutexGuard;
 use crate::error::interpret_error;
 use crate::ops;
 use crate::value;
-use crate::writer::Writer;
+use crate::writer::{Coming, Member, Writer};
 
 /// An open write transaction on an SQLite store.
 ///
-/// The writer is held from `begin`; the `BEGIN IMMEDIATE` itself travels with the first
-/// operation, in the same hop to the writer thread (nothing else can use the connection
-/// in between, since this transaction holds it), which saves one hand-off per
-/// transaction. A transaction that ran nothing commits or rolls back without a hop.
+/// The writer's turn is held from `begin`; the savepoint opens with the first operation.
+/// A transaction that ran nothing commits or rolls back without touching the connection.
 pub struct SqliteTx {
     writer: OwnedMutexGuard<Writer>,
-    /// `BEGIN IMMEDIATE` has been sent (with the first operation).
-    begun: bool,
-    /// Neither committed nor rolled back yet.
-    open: bool,
+    /// Counts this transaction as coming to the group until it ends.
+    coming: Option<Coming>,
+    /// Its savepoint, once the first operation opened it.
+    member: Option<Member>,
 }
 
 impl SqliteTx {
     pub(crate) async fn begin(writer: &crate::WriterLock) -> StoreResult<Self> {
+        let coming = writer.coming();
         let writer = writer.acquire().await?;
         writer.ensure_open()?;
         Ok(SqliteTx {
             writer,
-            begun: false,
-            open: true,
+            coming: Some(coming),
+            member: None,
         })
     }
 
-    /// Runs `f` on the transaction's connection, on the writer thread, for statements
-    /// that need rusqlite's own API. `f` must not end the transaction.
+    /// Runs `f` on the transaction's connection for statements that need rusqlite's own
+    /// API. `f` must not end the transaction.
     ///
     /// ```
     /// # use idem_sqlite::{SqliteOptions, SqliteStore, SqliteTx};
@@ -87,31 +87,47 @@ impl SqliteTx {
         &mut self,
         f: impl FnOnce(&Connection) -> StoreResult<R> + Send + 'static,
     ) -> StoreResult<R> {
-        if self.begun {
-            return self.writer.run(f).await;
+        if let Some(m) = self.member {
+            return self.writer.inline(|w| w.run(m, f));
         }
-        self.begun = true;
-        self.writer
-            .run(move |c| {
-                ops::begin(c)?;
-                f(c)
+        // Closures sent before this transaction got the writer run first. Then it joins
+        // the open group on this thread, unless the writer thread is busy committing.
+        self.writer.idle().await;
+        if let Some(joined) = self.writer.try_inline(|w| w.join())
+            && let Some(m) = joined?
+        {
+            self.member = Some(m);
+            return self.writer.inline(|w| w.run(m, f));
+        }
+        let (m, out) = self
+            .writer
+            .run(move |w| {
+                let m = w.enter()?;
+                Ok((m, w.run(m, f)))
             })
-            .await
+            .await?;
+        self.member = Some(m);
+        out
     }
 
-    async fn end(mut self: Box<Self>, f: fn(&Connection) -> StoreResult<()>) -> StoreResult<()> {
-        self.open = false;
-        if !self.begun {
-            return Ok(());
+    /// Ends the transaction's count as coming, and has the writer thread commit the
+    /// group if it is due; before the writer's turn passes on. A writer thread busy with
+    /// a closure looks at the group itself when that closure ends.
+    fn ended(&mut self) {
+        let others = self.coming.take().map_or(0, Coming::end);
+        if self.writer.try_inline(|w| w.due(others)) != Some(false) {
+            self.writer.poke();
         }
-        self.writer.run(f).await
     }
 }
 
 impl Drop for SqliteTx {
     fn drop(&mut self) {
-        if self.open && self.begun {
-            self.writer.detach(ops::rollback);
+        if let Some(m) = self.member.take() {
+            self.writer.inline(|w| w.abandon(m));
+        }
+        if self.coming.is_some() {
+            self.ended();
         }
     }
 }
@@ -122,27 +138,35 @@ impl StoreTx for SqliteTx {
         Backend::Sqlite
     }
 
-    async fn commit(self: Box<Self>) -> StoreResult<()> {
-        self.end(ops::commit).await
+    async fn commit(mut self: Box<Self>) -> StoreResult<()> {
+        let Some(m) = self.member.take() else {
+            self.ended();
+            return Ok(());
+        };
+        let durable = self.writer.inline(|w| w.release(m));
+        self.ended();
+        drop(self);
+        durable.wait().await
     }
 
-    async fn rollback(self: Box<Self>) -> StoreResult<()> {
-        self.end(|c| {
-            ops::rollback(c);
-            Ok(())
-        })
-        .await
+    async fn rollback(mut self: Box<Self>) -> StoreResult<()> {
+        if let Some(m) = self.member.take() {
+            self.writer.inline(|w| w.abandon(m));
+        }
+        self.ended();
+        Ok(())
     }
 
-    /// chaos-break-effect-key: `COMMIT` and `BEGIN IMMEDIATE` again, in one hop on the
-    /// writer this transaction holds (a second connection would wait for it for ever).
+    /// chaos-break-effect-key: commits the group with what this transaction wrote so far
+    /// and opens a new one on the writer this transaction holds.
     #[cfg(feature = "chaos-break-effect-key")]
     async fn restart_for_chaos(&mut self) -> StoreResult<()> {
-        self.run(|c| {
-            ops::commit(c)?;
-            ops::begin(c)
-        })
-        .await
+        let Some(m) = self.member else {
+            return Ok(());
+        };
+        self.member = Some(self.writer.inline(|w| w.restart(m))?);
+        self.writer.poke(); // the writer thread looks at the group it did not begin
+        Ok(())
     }
 
     async fn job_insert_rows(&mut self, p: JobInsert) -> StoreResult<Vec<JobRow>> {

@@ -1,10 +1,10 @@
 //! `idem bench`: throughput, latency and memory of the engine, each throughput figure
 //! beside a ceiling measured in the same run.
 //!
-//! The ceiling issues the same store operations (the same SQL statements) one after
-//! another in a tight loop, with no worker, no handler dispatch and no task runtime: what
-//! the database and driver give when the engine adds nothing. The ratio engine/ceiling is
-//! the engine's cost. Every scenario runs on its own queue of a scratch database (a
+//! The ceiling issues the same SQL statements without the engine, set up so that the
+//! engine cannot beat it by overlapping work: on PostgreSQL as many statements at once as
+//! the engine's connections allow, on SQLite the tightest single-thread loop of the driver
+//! (`scenarios/ceiling.rs`). The ratio engine/ceiling is the engine's cost. Every scenario runs on its own queue of a scratch database (a
 //! temporary SQLite file, or a fresh PostgreSQL schema dropped afterwards).
 
 mod batch;
@@ -76,6 +76,13 @@ pub struct BenchArgs {
     /// Most jobs per claim statement
     #[arg(long, default_value_t = 500)]
     pub claim_batch: usize,
+    /// PostgreSQL: the connection pool of the worker's store in drain and fenced (the
+    /// fenced ceiling runs on as many connections at once)
+    #[arg(long, default_value_t = idem_postgres::DEFAULT_MAX_CONNECTIONS)]
+    pub connections: u32,
+    /// SQLite: jobs per COMMIT in the grouped fenced ceiling (each job a SAVEPOINT)
+    #[arg(long, default_value_t = 64)]
+    pub ceiling_group: usize,
     /// SQLite commit durability: full or normal
     #[arg(long, default_value = "full")]
     pub synchronous: String,
@@ -132,6 +139,8 @@ impl BenchArgs {
             ("--bulk-batch", self.bulk_batch, 10_000),
             ("--concurrency", self.concurrency, 10_000),
             ("--claim-batch", self.claim_batch, 10_000),
+            ("--connections", self.connections as usize, 1_000),
+            ("--ceiling-group", self.ceiling_group, 10_000),
             ("--sleepers", self.sleepers, 100_000),
             (
                 "--batch-children",
@@ -219,10 +228,22 @@ pub struct Figure {
     pub value: f64,
     /// The unit.
     pub unit: &'static str,
-    /// The same statements in a tight loop without the engine, when meaningful.
+    /// The same statements without the engine, when meaningful (the ratio's).
     pub ceiling: Option<f64>,
+    /// Further ceilings of the same figure, printed under it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_ceilings: Vec<OtherCeiling>,
     /// What the figure counts, for the reader.
     pub note: String,
+}
+
+/// A further ceiling of a figure: what it runs, and its value in the figure's unit.
+#[derive(Debug, Clone, Serialize)]
+pub struct OtherCeiling {
+    /// What the ceiling runs.
+    pub what: String,
+    /// Its value.
+    pub value: f64,
 }
 
 impl Figure {

@@ -95,10 +95,23 @@ pub fn print(
             "{name:<10} {:<34} {:>12.1} {:<7} {ceiling:>12} {ratio:>7}",
             f.metric, f.value, f.unit
         );
+        for (i, c) in f.other_ceilings.iter().enumerate() {
+            let label = format!("  (ceiling {})", i + 2);
+            println!(
+                "{name:<10} {label:<34} {:>12} {:<7} {:>12.1} {:>7.2}",
+                "",
+                f.unit,
+                c.value,
+                f.value / c.value.max(1e-9)
+            );
+        }
     }
     println!();
     for f in figures.iter().filter(|f| !f.note.is_empty()) {
         println!("  {:<34} {}", f.metric, f.note);
+        for (i, c) in f.other_ceilings.iter().enumerate() {
+            println!("  {:<34} ceiling {}: {}", "", i + 2, c.what);
+        }
     }
     Ok(())
 }

@@ -42,65 +42,48 @@ pub(crate) fn list(c: &Connection, p: &JobList) -> StoreResult<Vec<JobRow>> {
     rows(c, sql, args, row::job)
 }
 
-/// The batch as the one JSON array `job/insert.sql` unpacks: `{kind, queue, args,
-/// priority, run_at (ms), max_attempts}`, plus `claim_worker` and `lease_ms` for a job
-/// inserted claimed, and its `enqueue_key` and `principal` when it has them.
-fn insert_json(p: &JobInsert) -> StoreResult<String> {
-    #[derive(serde::Serialize)]
-    struct Item<'a> {
-        kind: &'a str,
-        queue: &'a str,
-        args: &'a serde_json::Value,
-        priority: i16,
-        run_at: Option<i64>,
-        max_attempts: i32,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        claim_worker: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        lease_ms: Option<i64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        enqueue_key: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        principal: Option<&'a str>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        batch_id: Option<i64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        follows_job_id: Option<i64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        follows_batch_id: Option<i64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        trace_parent: Option<&'a str>,
-    }
-    let items: Vec<Item<'_>> = p
-        .jobs
-        .iter()
-        .map(|j| Item {
-            kind: &j.kind,
-            queue: &j.queue,
-            args: &j.args,
-            priority: j.priority,
-            run_at: j.run_at.map(ts_to_ms),
-            max_attempts: j.max_attempts,
-            claim_worker: j.claim.as_ref().map(|c| c.worker.as_str()),
-            lease_ms: j.claim.as_ref().map(|c| c.lease_ms),
-            enqueue_key: j.enqueue_key.as_deref(),
-            principal: j.principal.as_deref(),
-            batch_id: j.batch_id,
-            follows_job_id: j.follows_job,
-            follows_batch_id: j.follows_batch,
-            trace_parent: j.trace_parent.as_deref(),
-        })
-        .collect();
-    json_list(&items)
-}
-
+/// Inserts the batch's jobs in order, one execution of the prepared `job/insert.sql`
+/// each, all with one reading of the clock.
 pub(crate) fn insert(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
     if p.jobs.is_empty() {
         return Ok(Vec::new());
     }
-    let sql = include_str!("../../queries/job/insert.sql");
-    let args = params![insert_json(&p)?, p.now.map(ts_to_ms)];
-    let inserted = rows(c, sql, args, row::inserted)?;
+    let now = match p.now {
+        Some(now) => ts_to_ms(now),
+        None => super::clock::now(c)?,
+    };
+    let mut stmt = c
+        .prepare_cached(include_str!("../../queries/job/insert.sql"))
+        .map_err(interpret_error)?;
+    let mut inserted = Vec::with_capacity(p.jobs.len());
+    for j in &p.jobs {
+        let args = serde_json::to_string(&j.args)
+            .map_err(|e| StoreError::Invalid(format!("cannot encode a job's args: {e}")))?;
+        let claim = j.claim.as_ref();
+        let row = stmt
+            .query_row(
+                params![
+                    j.kind,
+                    j.queue,
+                    args,
+                    j.priority,
+                    j.run_at.map(ts_to_ms),
+                    j.max_attempts,
+                    claim.map(|c| c.worker.as_str()),
+                    claim.map(|c| c.lease_ms),
+                    j.enqueue_key,
+                    j.principal,
+                    j.batch_id,
+                    j.follows_job,
+                    j.follows_batch,
+                    j.trace_parent,
+                    now,
+                ],
+                |r| Ok(row::inserted(r)),
+            )
+            .map_err(interpret_error)??;
+        inserted.push(row);
+    }
     p.rows(inserted)
 }
 

@@ -1,7 +1,7 @@
 //! Every store operation as one blocking function on a [`Connection`]; the writer thread
 //! and the readers run them. One module per area, mirroring `queries/<area>/` and the
 //! same modules of `idem-postgres`, each holding the operations of that area; here, the
-//! helpers they share and the transaction bracket the writer wraps them in.
+//! helpers they share. The writer (`writer/`) brackets them in transactions.
 //!
 //! Each guarded write names state and fence in its `WHERE` clause; zero rows is
 //! `LeaseLost`. The attempt history row is written in the same transaction as the state
@@ -25,44 +25,6 @@ use idem_store::{JobRow, LeaseToken, StoreError, StoreResult};
 use rusqlite::{Connection, Params, Row};
 
 use crate::error::interpret_error;
-
-/// Runs `op` in its own `BEGIN IMMEDIATE` transaction: committed if it succeeds, rolled
-/// back if anything fails.
-pub(crate) fn in_tx<R>(
-    c: &Connection,
-    op: impl FnOnce(&Connection) -> StoreResult<R>,
-) -> StoreResult<R> {
-    begin(c)?;
-    match op(c).and_then(|out| commit(c).map(|()| out)) {
-        Ok(out) => Ok(out),
-        Err(e) => {
-            rollback(c);
-            Err(e)
-        }
-    }
-}
-
-/// `BEGIN IMMEDIATE`, after rolling back any transaction left open by a caller that went
-/// away (the writer is exclusive to whoever begins, so an open one is an orphan).
-pub(crate) fn begin(c: &Connection) -> StoreResult<()> {
-    rollback(c);
-    exec(c, "BEGIN IMMEDIATE", [])
-}
-
-/// `COMMIT`; on failure the transaction is rolled back.
-pub(crate) fn commit(c: &Connection) -> StoreResult<()> {
-    exec(c, "COMMIT", []).inspect_err(|_| rollback(c))
-}
-
-/// Rolls back the open transaction, if any. A failed rollback leaves nothing to do: SQLite
-/// ends the transaction anyway.
-pub(crate) fn rollback(c: &Connection) {
-    if !c.is_autocommit()
-        && let Err(e) = exec(c, "ROLLBACK", [])
-    {
-        tracing::warn!(error = %e, "SQLite rollback failed");
-    }
-}
 
 /// Runs a cached statement to its end, ignoring rows.
 fn exec(c: &Connection, sql: &str, params: impl Params) -> StoreResult<()> {

@@ -61,18 +61,32 @@ pub(super) async fn claim_loop(
     }
 }
 
-/// Waits for at least `need` free slots, then takes as many more as are free, up to
-/// `batch`, one permit each. `None` when the worker is stopping.
+/// How long a saturated worker waits for a quarter of a batch of free slots before it
+/// claims for the slots that are free.
+const REFILL_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Waits for at least `need` free slots (for [`REFILL_WAIT`] at most, then for one), then
+/// takes as many more as are free, up to `batch`, one permit each. `None` when the worker
+/// is stopping.
 async fn take_slots(
     slots: &Arc<Semaphore>,
     need: usize,
     batch: usize,
     stop: &mut watch::Receiver<bool>,
 ) -> Option<Vec<OwnedSemaphorePermit>> {
+    // A worker waits for `need` slots for a moment only: the jobs that hold the rest may
+    // run long (or wait for one another), and a free slot must not idle beside a backlog.
+    let gather = async {
+        match tokio::time::timeout(REFILL_WAIT, slots.clone().acquire_many_owned(need as u32)).await
+        {
+            Ok(p) => p,
+            Err(_) => slots.clone().acquire_owned().await,
+        }
+    };
     let mut first = tokio::select! {
         biased;
         _ = stop.changed() => return None,
-        p = slots.clone().acquire_many_owned(need as u32) => p.expect("semaphore never closed"),
+        p = gather => p.expect("semaphore never closed"),
     };
     if *stop.borrow() {
         return None;

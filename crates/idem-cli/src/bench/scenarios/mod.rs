@@ -1,5 +1,8 @@
 //! The scenarios of `idem bench`: each runs the engine, then (for throughput) the same
-//! store operations in a tight loop without the engine, on queues of its own.
+//! store operations without the engine (`ceiling.rs` for drain and fenced), on queues of
+//! its own.
+
+mod ceiling;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -10,7 +13,7 @@ use idem::{
     Backend, EffectClass, Handler, Idem, Job, JobContext, JobError, Store, WorkerConfig,
     WorkerHandle,
 };
-use idem_store::{JobClaim, JobComplete, JobCompleteMany, JobInsert, JobLock, NewJob};
+use idem_store::{JobClaim, JobInsert, NewJob};
 use serde::de::IgnoredAny;
 use tokio::sync::{Notify, watch};
 
@@ -20,10 +23,11 @@ use crate::scratch::Scratch;
 
 pub(super) const KIND: &str = "bench";
 const SEED_BATCH: usize = 1_000;
+/// The lease of the ceilings' claims: the worker's default.
 const LEASE_MS: i64 = 30_000;
 pub(super) const EFFECT_TABLE: &str =
     "CREATE TABLE IF NOT EXISTS bench_effect (job_id BIGINT NOT NULL, fence BIGINT NOT NULL)";
-const EFFECT_INSERT: &str = "INSERT INTO bench_effect (job_id, fence) VALUES ($1, $2)";
+pub(super) const EFFECT_INSERT: &str = "INSERT INTO bench_effect (job_id, fence) VALUES ($1, $2)";
 
 /// Runs one scenario.
 pub async fn run(db: &Scratch, args: &BenchArgs, s: Scenario) -> anyhow::Result<Vec<Figure>> {
@@ -69,6 +73,7 @@ pub(super) fn figure(scenario: Scenario, metric: &str, value: f64, unit: &'stati
         value,
         unit,
         ceiling: None,
+        other_ceilings: Vec::new(),
         note: String::new(),
     }
 }
@@ -174,7 +179,7 @@ pub(super) async fn engine_rate<H: Handler>(
     handler: H,
     n: usize,
 ) -> anyhow::Result<f64> {
-    let store = idem::connect_store(&db.url).await?;
+    let store = ceiling::engine_store(db, args).await?;
     seed(store.as_ref(), queue, n).await?;
     let idem = Idem::from_store(store.clone());
     let mut w = idem.worker(worker_config(queue, args.concurrency, args.claim_batch))?;
@@ -209,33 +214,12 @@ async fn drain(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
         f.note = "autovacuum off on the scratch tables during the run".into();
         out.push(f);
     }
-    let queue = "drain-ceiling";
-    seed(db.idem.store().as_ref(), queue, args.jobs).await?;
-    let started = Instant::now();
-    loop {
-        let jobs = db
-            .idem
-            .store()
-            .job_claim(claim(queue, args.claim_batch))
-            .await?;
-        if jobs.is_empty() {
-            break;
-        }
-        let leases = jobs.iter().map(|j| j.lease_token()).collect();
-        db.idem
-            .store()
-            .job_complete_many(JobCompleteMany {
-                leases,
-                results: Vec::new(),
-                now: None,
-            })
-            .await?;
-    }
+    let ceiling = ceiling::drain(db, args, "drain-ceiling").await?;
     let mut f = figure(Scenario::Drain, "drain rate", engine, "jobs/s");
-    f.ceiling = Some(per_second(args.jobs, started.elapsed()));
+    f.ceiling = Some(ceiling.rate);
     f.note = format!(
-        "{} no-op jobs; concurrency {}, claim batch {}",
-        args.jobs, args.concurrency, args.claim_batch
+        "{} no-op jobs; concurrency {}, claim batch {}; ceiling: {}",
+        args.jobs, args.concurrency, args.claim_batch, ceiling.what
     );
     out.insert(0, f);
     if pg {
@@ -262,41 +246,27 @@ async fn fenced(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
     tx.execute(EFFECT_TABLE, &[]).await?;
     tx.commit().await?;
     let engine = engine_rate(db, args, "fenced-engine", FencedEffect, args.jobs).await?;
-    let queue = "fenced-ceiling";
-    let store = db.idem.store();
-    seed(store.as_ref(), queue, args.jobs).await?;
-    let started = Instant::now();
-    loop {
-        let jobs = store.job_claim(claim(queue, args.claim_batch)).await?;
-        if jobs.is_empty() {
-            break;
-        }
-        for job in jobs {
-            let lease = job.lease_token();
-            let mut tx = store.begin().await?;
-            tx.job_lock(JobLock::of(lease)).await?;
-            tx.execute(EFFECT_INSERT, &[lease.job_id.into(), lease.fence.into()])
-                .await?;
-            tx.job_complete(JobComplete {
-                lease,
-                result: None,
-                now: None,
-            })
-            .await?;
-            tx.commit().await?;
-        }
-    }
+    let mut ceilings = ceiling::fenced(db, args, "fenced-ceiling")
+        .await?
+        .into_iter();
     let mut f = figure(
         Scenario::Fenced,
         "fenced-transaction rate",
         engine,
         "jobs/s",
     );
-    f.ceiling = Some(per_second(args.jobs, started.elapsed()));
+    let first = ceilings.next().context("no fenced ceiling")?;
+    f.ceiling = Some(first.rate);
     f.note = format!(
-        "{} jobs: fence check, one effect row, completion, commit",
-        args.jobs
+        "{} jobs: fence check, one effect row, completion, commit; ceiling: {}",
+        args.jobs, first.what
     );
+    f.other_ceilings = ceilings
+        .map(|c| super::OtherCeiling {
+            what: c.what,
+            value: c.rate,
+        })
+        .collect();
     Ok(vec![f])
 }
 
