@@ -145,11 +145,16 @@ pub async fn run(url: &str, cmd: BatchesCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         BatchesCommand::Create(a) => {
             let batch = create_batch(a)?;
-            print_json(&database::open(url).await?.batch(batch).await?)?;
+            let idem = database::open(url).await?;
+            print_json(&idem.batch(batch).await?)?;
+            // Wakes the workers of other processes before this one exits.
+            idem.close().await;
         }
         BatchesCommand::Add { id, children } => {
             let jobs = read_children(&children)?;
-            print_json(&database::open(url).await?.batch_add(id, jobs).await?)?;
+            let idem = database::open(url).await?;
+            print_json(&idem.batch_add(id, jobs).await?)?;
+            idem.close().await;
         }
         BatchesCommand::Seal { id, format } => {
             let row = database::open(url).await?.batch_seal(id).await?;

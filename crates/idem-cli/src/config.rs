@@ -22,6 +22,7 @@
 //! lease = "30s"
 //! job_timeout = "60s"
 //! rescue_interval = "5s"
+//! poll_interval = "500ms"     # claims without a wake-up; enqueues from other processes wake workers
 //! [retention]
 //! enqueue_keys = "3d"
 //! effect_keys = "3d"
@@ -208,6 +209,7 @@ struct WorkerToml {
     lease: Option<String>,
     job_timeout: Option<String>,
     rescue_interval: Option<String>,
+    poll_interval: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -281,6 +283,7 @@ impl CliConfig {
                 &w.rescue_interval,
                 d.rescue_interval,
             )?,
+            poll_interval: duration("worker.poll_interval", &w.poll_interval, d.poll_interval)?,
             ..WorkerConfig::default().lease(lease)
         };
         Ok(CliConfig {
@@ -658,6 +661,7 @@ jitter = 0.0
 lease = "30s"
 job_timeout = "60s"
 rescue_interval = "5s"
+poll_interval = "2s"
 [retention]
 enqueue_keys = "3d"
 effect_keys = "3d"
@@ -691,6 +695,7 @@ dead_jobs = "7d"
             (8, secs(30), secs(60))
         );
         assert_eq!(c.worker.rescue_interval, secs(5));
+        assert_eq!(c.worker.poll_interval, secs(2));
         assert_eq!(
             (
                 c.worker.max_retry_after,

@@ -125,7 +125,10 @@ async fn retry(
     };
     spinner.finish_and_clear();
     let done = retried?.iter().map(|j| j.id).collect();
-    report(&idem, sel, "retry", ids, done).await
+    let code = report(&idem, sel, "retry", ids, done).await;
+    // Wakes the workers of other processes before this one exits.
+    idem.close().await;
+    code
 }
 
 /// `idem dead discard`: the previewed ids, [`BULK_PAGE`] at a time, with a bar.

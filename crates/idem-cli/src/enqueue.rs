@@ -115,6 +115,8 @@ pub async fn run(url: &str, a: EnqueueArgs) -> anyhow::Result<ExitCode> {
     };
     let idem = database::open(url).await?;
     print_json(&idem.enqueue(job).await?)?;
+    // Wakes the workers of other processes before this one exits.
+    idem.close().await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -154,6 +154,9 @@ enum Command {
     /// direct use)
     #[command(hide = true)]
     ChaosSink(chaos::ChaosSinkArgs),
+    /// The producer process of `idem bench`'s latency-remote scenario (not for direct use)
+    #[command(hide = true)]
+    BenchProducer(bench::ProducerArgs),
 }
 
 /// Runs the command; an error is printed on stderr and exits with its class's code
@@ -209,6 +212,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Chaos(args) => chaos::run(args).await,
         Command::ChaosWorker(args) => chaos::worker_process(args, db()).await,
         Command::ChaosSink(args) => chaos::sink_process(args).await,
+        Command::BenchProducer(args) => bench::produce(&db(), args).await,
         Command::Migrate(args) => migrate::run(&db(), args).await,
         Command::Enqueue(args) => enqueue::run(&db(), args).await,
         Command::Worker(args) => worker::run(&db(), args).await,

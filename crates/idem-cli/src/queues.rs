@@ -54,6 +54,8 @@ pub async fn run(url: &str, args: QueuesArgs) -> anyhow::Result<ExitCode> {
         }
         Some(QueuesCommand::Resume { queue, format }) => {
             let changed = idem.resume_queue(&queue).await?;
+            // Wakes the workers of other processes before this one exits.
+            idem.close().await;
             steered(&queue, "resumed", changed, format)
         }
     }

@@ -273,46 +273,6 @@ impl UnknownCall {
     }
 }
 
-/// `idem worker` running as a child process; killed if the test ends before it stops.
-struct Worker(Running);
-
-impl Worker {
-    fn start(tmp: &Path, url: &str, flags: &[&str]) -> Worker {
-        let mut cmd = idem(tmp);
-        cmd.current_dir(tmp)
-            .args(["--database-url", url, "worker", "--queue", "default"])
-            .args(flags);
-        let mut running = Running::start(cmd);
-        running.wait_for("the worker's start line", |l| {
-            l.starts_with("idem worker ").then_some(())
-        });
-        Worker(running)
-    }
-
-    /// Sends SIGTERM; the worker's last line, once it exited 0.
-    fn stop(&mut self) -> String {
-        // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
-        unsafe { libc::kill(self.0.pid() as libc::pid_t, libc::SIGTERM) };
-        let status = self.0.exit();
-        assert!(status.success(), "{status}: {}", self.0.output());
-        let stopped = self
-            .0
-            .seen
-            .iter()
-            .find(|l| l.contains("stopped by SIGTERM"));
-        stopped
-            .unwrap_or_else(|| panic!("no summary: {}", self.0.output()))
-            .clone()
-    }
-}
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.child.kill();
-        let _ = self.0.child.wait();
-    }
-}
-
 /// Polls `idem jobs show` until the job is in `state`; fails at once if it ends in
 /// another final state, and after a generous deadline.
 fn wait_for_job(tmp: &Path, url: &str, id: &str, state: &str) -> Value {

@@ -40,6 +40,7 @@ mod chaos;
 mod connect;
 mod error;
 mod migrate;
+mod notify;
 mod ops;
 mod reader;
 mod row;
@@ -81,6 +82,7 @@ use crate::writer::Writer;
 pub struct SqliteStore {
     writer: WriterLock,
     readers: Arc<Readers>,
+    notify: notify::Notify,
 }
 
 /// The one writer, and how long a caller waits for it before giving up.
@@ -158,6 +160,7 @@ impl SqliteStore {
             .map_err(|e| {
                 idem_store::StoreError::Unavailable(format!("cannot open {url}: {e}"))
             })??;
+        let notify = notify::channel(std::path::Path::new(conn.path().unwrap_or_default()));
         let limits = writer::GroupLimits {
             max: options.group_commit_max.max(1),
             window: options.group_commit_window,
@@ -169,7 +172,11 @@ impl SqliteStore {
             wait: options.busy_timeout,
         };
         let readers = Readers::new(target, options.readers);
-        Ok(SqliteStore { writer, readers })
+        Ok(SqliteStore {
+            writer,
+            readers,
+            notify,
+        })
     }
 
     /// A write transaction that does nothing, for tests of the writer lock.
@@ -350,8 +357,21 @@ impl Store for SqliteStore {
     }
 
     async fn close(&self) {
+        notify::close(&self.notify);
         self.writer.writer.lock().await.close().await;
         self.readers.close();
+    }
+
+    fn has_channel(&self) -> bool {
+        self.notify.is_some()
+    }
+
+    async fn announce(&self, queues: &[String]) -> StoreResult<()> {
+        notify::announce(&self.notify, queues)
+    }
+
+    async fn subscribe(&self) -> StoreResult<Option<Box<dyn idem_store::Wakeups>>> {
+        notify::subscribe(&self.notify)
     }
 
     async fn job_insert_rows(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {

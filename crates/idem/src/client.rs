@@ -394,6 +394,15 @@ impl Idem {
         }
     }
 
+    /// Sends the announcements of the jobs enqueued so far to workers in other processes
+    /// (where the store has a channel), then closes the store. A producer that exits
+    /// right after enqueueing calls it; otherwise other processes' workers may find its
+    /// jobs only when they poll.
+    pub async fn close(&self) {
+        self.waker.flush().await;
+        self.store.close().await;
+    }
+
     /// Every ledger account whose running total differs from the sum of its entries.
     pub async fn ledger_verify(&self) -> Result<Vec<LedgerMismatch>, IdemError> {
         Ok(self.store.ledger_verify().await?)

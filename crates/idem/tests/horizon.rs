@@ -330,8 +330,13 @@ async fn a_request_resent_while_its_job_snoozes_past_the_window_makes_its_effect
     clock.advance(idem.retention().enqueue_keys + Duration::from_secs(1));
     let resent = idem.enqueue(request(false)).await.unwrap();
     if !resent.deduplicated {
+        // The clock now also passed the first job's snooze: the worker's poll may start
+        // it before the re-sent job, and then the first job makes the receipt.
         let made = within(30, "the re-sent job's receipt", receipts.recv()).await;
-        assert_eq!(made, Some(resent.job.id));
+        assert!(
+            made == Some(resent.job.id) || made == Some(first.id),
+            "{made:?}"
+        );
         until(&idem, resent.job.id, "the re-sent job completes", |j| {
             j.state == JobState::Completed
         })

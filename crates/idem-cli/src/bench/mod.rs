@@ -8,6 +8,7 @@
 //! temporary SQLite file, or a fresh PostgreSQL schema dropped afterwards).
 
 mod batch;
+mod cross_process;
 mod http;
 mod report;
 mod scenarios;
@@ -24,6 +25,8 @@ use crate::exit::{Exit, OrExit};
 use crate::interrupt::Interrupt;
 use crate::scratch::{self, Scratch, ScratchArgs};
 
+pub(crate) use cross_process::{ProducerArgs, produce};
+
 /// One benchmark scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -38,6 +41,8 @@ pub enum Scenario {
     Fenced,
     /// Enqueue-to-start latency at a fixed offered load on an idle queue.
     Latency,
+    /// The same with the producer in another process, woken through the store.
+    LatencyRemote,
     /// Resident memory with many concurrent sleeping jobs.
     Rss,
     /// The HTTP API: enqueue with and without Idempotency-Key, claim and complete, each
@@ -51,7 +56,7 @@ pub enum Scenario {
 #[derive(Args, Clone, Serialize)]
 pub struct BenchArgs {
     /// Scenarios to run, comma-separated
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Enqueue, Scenario::Bulk, Scenario::Drain, Scenario::Fenced, Scenario::Latency, Scenario::Rss, Scenario::Http, Scenario::Batch])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [Scenario::Enqueue, Scenario::Bulk, Scenario::Drain, Scenario::Fenced, Scenario::Latency, Scenario::LatencyRemote, Scenario::Rss, Scenario::Http, Scenario::Batch])]
     pub scenarios: Vec<Scenario>,
     /// Jobs per throughput scenario (bulk, drain, fenced)
     #[arg(long, default_value_t = 20_000)]

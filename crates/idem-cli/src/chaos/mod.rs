@@ -13,7 +13,7 @@ mod asked;
 pub(crate) mod check;
 mod faults;
 mod fleet;
-mod orphan;
+pub(crate) mod orphan;
 mod postgres;
 mod producer;
 mod report;

@@ -267,6 +267,46 @@ pub fn output(mut cmd: Command, args: Vec<String>) -> Out {
     }
 }
 
+/// `idem worker` running as a child process; killed if the test ends before it stops.
+pub struct Worker(pub Running);
+
+impl Worker {
+    pub fn start(tmp: &Path, url: &str, flags: &[&str]) -> Worker {
+        let mut cmd = idem(tmp);
+        cmd.current_dir(tmp)
+            .args(["--database-url", url, "worker", "--queue", "default"])
+            .args(flags);
+        let mut running = Running::start(cmd);
+        running.wait_for("the worker's start line", |l| {
+            l.starts_with("idem worker ").then_some(())
+        });
+        Worker(running)
+    }
+
+    /// Sends SIGTERM; the worker's last line, once it exited 0.
+    pub fn stop(&mut self) -> String {
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped.
+        unsafe { libc::kill(self.0.pid() as libc::pid_t, libc::SIGTERM) };
+        let status = self.0.exit();
+        assert!(status.success(), "{status}: {}", self.0.output());
+        let stopped = self
+            .0
+            .seen
+            .iter()
+            .find(|l| l.contains("stopped by SIGTERM"));
+        stopped
+            .unwrap_or_else(|| panic!("no summary: {}", self.0.output()))
+            .clone()
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.child.kill();
+        let _ = self.0.child.wait();
+    }
+}
+
 /// Enqueues a job of `kind` with `idem enqueue`; returns its id.
 pub fn enqueue(tmp: &Path, url: &str, kind: &str) -> i64 {
     let out = idem_on(tmp, url, &["enqueue", "--kind", kind]);

@@ -14,6 +14,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use super::listener::Listening;
 use super::{Shared, WorkerReport};
 
 /// A running worker.
@@ -38,14 +39,14 @@ impl WorkerHandle {
 
     /// Resolves once every queue has had its first claim answered and the worker hears
     /// announcements of new jobs from other processes (on a store with a channel; where
-    /// there is none, workers poll).
+    /// there is none, or the store finds it cannot use it, workers poll).
     pub async fn ready(&self) {
         let queues = self.shared.config.queues.len();
         let mut claimed = self.shared.first_claims.subscribe();
         let _ = claimed.wait_for(|n| *n >= queues).await;
         if self.shared.idem.store.has_channel() {
             let mut listening = self.shared.listening.subscribe();
-            let _ = listening.wait_for(|l| *l).await;
+            let _ = listening.wait_for(|l| *l != Listening::Waiting).await;
         }
     }
 

@@ -1,11 +1,12 @@
 //! The listener: where the store has a channel between processes (PostgreSQL's
-//! LISTEN/NOTIFY), it wakes this worker's claim loops when another process announces
-//! jobs in one of the worker's queues.
+//! LISTEN/NOTIFY, SQLite's wake-up sockets on Linux), it wakes this worker's claim loops
+//! when another process announces jobs in one of the worker's queues.
 //!
 //! What must stay true: the listener only hastens a claim, it never decides one; the
-//! claim loops still poll (`poll_interval`), so a lost notification or a broken
-//! connection delays a job, never strands it. `listening` is true only while a
-//! subscription is live, so `WorkerHandle::ready` means announcements are heard.
+//! claim loops still poll (`poll_interval`), so a lost announcement or a broken
+//! subscription delays a job, never strands it. `listening` is `Live` only while a
+//! subscription is live, so `WorkerHandle::ready` means announcements are heard; it is
+//! `NoChannel` when the store says it has none here after all (then workers poll).
 
 use std::sync::Arc;
 
@@ -14,8 +15,19 @@ use tokio::sync::watch;
 
 use super::Shared;
 
+/// Whether this worker hears announcements from other processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Listening {
+    /// Not yet, or the subscription broke and is being made again.
+    Waiting,
+    /// A subscription is live.
+    Live,
+    /// The store cannot carry announcements here (or was closed): the worker polls.
+    NoChannel,
+}
+
 /// Wakes the claim loops when another process announces jobs in one of this worker's
-/// queues (where the store has a channel); subscribes again after a broken connection.
+/// queues (where the store has a channel); subscribes again after a broken subscription.
 pub(super) async fn listen_loop(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let store = shared.idem.store.clone();
     if !store.has_channel() {
@@ -24,7 +36,10 @@ pub(super) async fn listen_loop(shared: Arc<Shared>, mut stop: watch::Receiver<b
     while !*stop.borrow() {
         let mut wakeups = match store.subscribe().await {
             Ok(Some(w)) => w,
-            Ok(None) => return,
+            Ok(None) => {
+                shared.listening.send_replace(Listening::NoChannel);
+                return;
+            }
             Err(e) => {
                 tracing::warn!(worker = %shared.name, error = %e, "cannot listen for new jobs; polling");
                 tokio::select! {
@@ -33,11 +48,12 @@ pub(super) async fn listen_loop(shared: Arc<Shared>, mut stop: watch::Receiver<b
                 }
             }
         };
-        shared.listening.send_replace(true);
-        if relay(&shared, wakeups.as_mut(), &mut stop).await {
+        shared.listening.send_replace(Listening::Live);
+        let stopped = relay(&shared, wakeups.as_mut(), &mut stop).await;
+        shared.listening.send_replace(Listening::Waiting);
+        if stopped {
             return;
         }
-        shared.listening.send_replace(false);
     }
 }
 

@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use idem_store::{JobRow, LeaseToken};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 
+use super::listener::Listening;
 use super::pipeline::run_job;
 use super::report::Stats;
 use super::{Worker, WorkerConfig};
@@ -38,8 +39,8 @@ pub(crate) struct Shared {
     pub(super) completer: Completer,
     /// Turns true when running jobs must stop (shutdown past its deadline).
     pub(super) abort: watch::Sender<bool>,
-    /// True while the worker listens for announcements from other processes.
-    pub(super) listening: watch::Sender<bool>,
+    /// Whether the worker hears announcements from other processes.
+    pub(super) listening: watch::Sender<Listening>,
     /// How many queues' claim loops have had their first claim answered.
     pub(super) first_claims: watch::Sender<usize>,
     pub(super) config: WorkerConfig,
@@ -62,7 +63,7 @@ impl Shared {
             kinds,
             completer,
             abort: watch::channel(false).0,
-            listening: watch::channel(false).0,
+            listening: watch::channel(Listening::Waiting).0,
             first_claims: watch::channel(0).0,
             idem: worker.idem,
             accepting: AtomicBool::new(true),

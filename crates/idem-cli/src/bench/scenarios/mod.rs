@@ -4,8 +4,8 @@
 
 mod ceiling;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -17,6 +17,7 @@ use idem_store::{JobClaim, JobInsert, NewJob};
 use serde::de::IgnoredAny;
 use tokio::sync::{Notify, watch};
 
+use super::cross_process::{Timed, enqueue_paced, percentiles};
 use super::{BenchArgs, Figure, Scenario};
 use crate::scratch::Scratch;
 
@@ -36,6 +37,7 @@ pub async fn run(db: &Scratch, args: &BenchArgs, s: Scenario) -> anyhow::Result<
         Scenario::Drain => drain(db, args).await,
         Scenario::Fenced => fenced(db, args).await,
         Scenario::Latency => latency(db, args).await,
+        Scenario::LatencyRemote => super::cross_process::run(db, args).await,
         Scenario::Rss => rss(db, args).await,
         Scenario::Http => super::http::run(db, args).await,
         Scenario::Batch => super::batch::run(db, args).await,
@@ -268,90 +270,27 @@ async fn fenced(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
     Ok(vec![f])
 }
 
-#[derive(serde::Deserialize)]
-struct Sent {
-    sent_ns: u64,
-}
-
-/// Records how long after its enqueue call each job started.
-struct Timed {
-    base: Instant,
-    samples: Arc<Mutex<Vec<u64>>>,
-    total: usize,
-    all: Arc<Notify>,
-}
-
-impl Handler for Timed {
-    const KIND: &'static str = KIND;
-    const EFFECT: EffectClass = EffectClass::Transactional;
-    type Args = Sent;
-
-    async fn run(&self, _: &mut JobContext, args: Sent) -> Result<(), JobError> {
-        let now = self.base.elapsed().as_nanos() as u64;
-        let mut s = self.samples.lock().expect("samples lock");
-        s.push(now.saturating_sub(args.sent_ns) / 1_000);
-        if s.len() == self.total {
-            self.all.notify_one();
-        }
-        Ok(())
-    }
-}
-
 /// Enqueue-to-start latency at `rate` jobs/s on an idle queue.
 async fn latency(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
     let queue = "latency";
     let total = (args.rate as u64 * args.seconds) as usize;
-    let (base, samples, all) = (
-        Instant::now(),
-        Arc::new(Mutex::new(Vec::new())),
-        Arc::new(Notify::new()),
-    );
+    let (timed, recorded) = Timed::new(total);
     let config = WorkerConfig {
         local_dispatch: !args.no_local_dispatch,
         ..WorkerConfig::default().only_queue(queue, 50)
     };
     let mut w = db.idem.worker(config)?;
-    w.register(Timed {
-        base,
-        samples: samples.clone(),
-        total,
-        all: all.clone(),
-    })?;
+    w.register(timed)?;
     let h = w.start();
-    let period = Duration::from_secs_f64(1.0 / f64::from(args.rate));
-    for i in 0..total {
-        tokio::time::sleep_until((base + period * i as u32).into()).await;
-        let sent_ns = base.elapsed().as_nanos() as u64;
-        db.idem
-            .enqueue(Job::new(KIND, serde_json::json!({ "sent_ns": sent_ns })).queue(queue))
-            .await?;
-    }
-    tokio::time::timeout(Duration::from_secs(60), all.notified())
-        .await
-        .context("latency jobs did not all start")?;
+    enqueue_paced(&db.idem, queue, args.rate, args.seconds).await?;
+    let samples = recorded.all_started(Duration::from_secs(60)).await?;
     let local = h.shutdown().await.dispatched_locally;
-    let mut s = samples.lock().expect("samples lock").clone();
-    s.sort_unstable();
-    let pick =
-        |q: f64| s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1] as f64 / 1_000.0;
     let note = format!(
         "{total} jobs at {} jobs/s; from the enqueue call to the handler's start; {local} taken \
          by local dispatch",
         args.rate
     );
-    Ok([("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]
-        .into_iter()
-        .map(|(name, q)| {
-            let mut f = figure(
-                Scenario::Latency,
-                &format!("enqueue-to-start {name}"),
-                pick(q),
-                "ms",
-            );
-            f.note = note.clone();
-            f
-        })
-        .collect())
+    Ok(percentiles(Scenario::Latency, samples, &note))
 }
 
 /// Holds every job until released.

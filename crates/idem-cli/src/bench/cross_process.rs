@@ -1,0 +1,200 @@
+//! `latency-remote`: enqueue-to-start latency with the producer in another process, as a
+//! web application and its worker on one database see it. The worker runs here, with
+//! the default poll interval, and hears of new jobs only through the store's channel
+//! between processes (PostgreSQL's LISTEN/NOTIFY, SQLite's wake-up sockets); the
+//! producer is this same executable (`idem bench-producer`, hidden), enqueueing one job
+//! per call at the offered rate. Each job carries the wall-clock time of its enqueue
+//! call (the processes share no `Instant`), and the handler records how long after it
+//! it started.
+
+use std::process::{ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use clap::Args;
+use idem::{EffectClass, Handler, Idem, Job, JobContext, JobError, WorkerConfig};
+use tokio::sync::Notify;
+
+use super::scenarios::{KIND, figure};
+use super::{BenchArgs, Figure, Scenario};
+use crate::scratch::Scratch;
+
+const QUEUE: &str = "latency-remote";
+/// Jobs the worker runs at once: far more than arrive within one job's run.
+const CONCURRENCY: usize = 50;
+/// How long the jobs may take to start after the producer is done; only a hang reaches it.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// Arguments of `idem bench-producer`, the producer process of `latency-remote`.
+#[derive(Args)]
+pub struct ProducerArgs {
+    /// Queue to enqueue into
+    #[arg(long)]
+    queue: String,
+    /// Jobs per second
+    #[arg(long)]
+    rate: u32,
+    /// Seconds to go on
+    #[arg(long)]
+    seconds: u64,
+}
+
+/// `idem bench-producer`: enqueues `rate` jobs a second for `seconds` into the existing
+/// database, each stamped with the wall-clock time of its enqueue call.
+pub async fn produce(url: &str, a: ProducerArgs) -> anyhow::Result<ExitCode> {
+    let idem = crate::database::open(url).await?;
+    enqueue_paced(&idem, &a.queue, a.rate, a.seconds).await?;
+    idem.close().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Enqueues `rate` stamped jobs a second into `queue` for `seconds`, one per call, on
+/// a fixed schedule (a late call does not push the later ones back).
+pub(super) async fn enqueue_paced(
+    idem: &Idem,
+    queue: &str,
+    rate: u32,
+    seconds: u64,
+) -> anyhow::Result<()> {
+    let period = Duration::from_secs_f64(1.0 / f64::from(rate.max(1)));
+    let base = Instant::now();
+    for i in 0..u64::from(rate) * seconds {
+        tokio::time::sleep_until((base + period.mul_f64(i as f64)).into()).await;
+        let job = Job::new(KIND, serde_json::json!({ "sent_ns": wall_ns() })).queue(queue);
+        idem.enqueue(job).await?;
+    }
+    Ok(())
+}
+
+/// Nanoseconds since the Unix epoch on the system clock, which both processes read.
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[derive(serde::Deserialize)]
+pub(super) struct Sent {
+    sent_ns: u64,
+}
+
+/// Records, in microseconds, how long after its enqueue call each job started.
+pub(super) struct Timed {
+    samples: Arc<Mutex<Vec<u64>>>,
+    total: usize,
+    all: Arc<Notify>,
+}
+
+/// What a [`Timed`] handler recorded, once all its jobs started.
+pub(super) struct Recorded {
+    samples: Arc<Mutex<Vec<u64>>>,
+    all: Arc<Notify>,
+}
+
+impl Timed {
+    /// A handler expecting `total` jobs, and where to read what it records.
+    pub(super) fn new(total: usize) -> (Timed, Recorded) {
+        let (samples, all) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Notify::new()));
+        let recorded = Recorded {
+            samples: samples.clone(),
+            all: all.clone(),
+        };
+        let timed = Timed {
+            samples,
+            total,
+            all,
+        };
+        (timed, recorded)
+    }
+}
+
+impl Recorded {
+    /// Every job's latency (microseconds) once all started; an error after `limit`.
+    pub(super) async fn all_started(&self, limit: Duration) -> anyhow::Result<Vec<u64>> {
+        tokio::time::timeout(limit, self.all.notified())
+            .await
+            .context("the latency jobs did not all start")?;
+        Ok(self.samples.lock().expect("samples lock").clone())
+    }
+}
+
+impl Handler for Timed {
+    const KIND: &'static str = KIND;
+    const EFFECT: EffectClass = EffectClass::Transactional;
+    type Args = Sent;
+
+    async fn run(&self, _: &mut JobContext, args: Sent) -> Result<(), JobError> {
+        let waited = wall_ns().saturating_sub(args.sent_ns) / 1_000;
+        let mut s = self.samples.lock().expect("samples lock");
+        s.push(waited);
+        if s.len() == self.total {
+            self.all.notify_one();
+        }
+        Ok(())
+    }
+}
+
+/// Runs the worker here and the producer in a process of its own; the latency figures.
+pub(super) async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
+    let total = (u64::from(args.rate) * args.seconds) as usize;
+    let (timed, recorded) = Timed::new(total);
+    let config = WorkerConfig::default().only_queue(QUEUE, CONCURRENCY);
+    let poll = config.poll_interval;
+    let mut w = db.idem.worker(config)?;
+    w.register(timed)?;
+    let h = w.start();
+    h.ready().await;
+    let produced = producer(&db.url, args)?.wait_with_output();
+    let limit = Duration::from_secs(args.seconds) + DRAIN_LIMIT;
+    let (produced, samples) = tokio::join!(produced, recorded.all_started(limit));
+    h.shutdown().await;
+    let produced = produced.context("the producer process")?;
+    if !produced.status.success() {
+        let stderr = String::from_utf8_lossy(&produced.stderr);
+        bail!(
+            "the producer process failed ({}): {stderr}",
+            produced.status
+        );
+    }
+    let note = format!(
+        "{total} jobs at {} jobs/s enqueued by another process; from its enqueue call to the \
+         handler's start; the worker polls every {poll:?}",
+        args.rate
+    );
+    Ok(percentiles(Scenario::LatencyRemote, samples?, &note))
+}
+
+/// `idem bench-producer` on `url` with the scenario's rate and length.
+fn producer(url: &str, args: &BenchArgs) -> anyhow::Result<tokio::process::Child> {
+    let exe = std::env::current_exe().context("cannot find the idem executable")?;
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.arg("--database-url")
+        .arg(url)
+        .arg("bench-producer")
+        .args(["--queue", QUEUE])
+        .args(["--rate", &args.rate.to_string()])
+        .args(["--seconds", &args.seconds.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    crate::chaos::orphan::die_with_parent(&mut cmd);
+    cmd.spawn().context("cannot start the producer process")
+}
+
+/// p50, p95, p99 and max of `samples` (microseconds), in milliseconds.
+pub(super) fn percentiles(scenario: Scenario, mut s: Vec<u64>, note: &str) -> Vec<Figure> {
+    s.sort_unstable();
+    let pick =
+        |q: f64| s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1] as f64 / 1_000.0;
+    [("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]
+        .into_iter()
+        .map(|(name, q)| {
+            let metric = format!("enqueue-to-start {name}");
+            let mut f = figure(scenario, &metric, pick(q), "ms");
+            f.note = note.to_owned();
+            f
+        })
+        .collect()
+}
