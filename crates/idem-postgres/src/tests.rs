@@ -89,21 +89,7 @@ fn fresh_schema() -> String {
 }
 
 fn new_job(queue: &str) -> NewJob {
-    NewJob {
-        kind: "smoke".into(),
-        queue: queue.into(),
-        args: serde_json::json!({"n": 1}),
-        priority: 0,
-        run_at: None,
-        max_attempts: 3,
-        enqueue_key: None,
-        claim: None,
-        principal: None,
-        batch_id: None,
-        follows_job: None,
-        follows_batch: None,
-        trace_parent: None,
-    }
+    NewJob::new("smoke", queue, serde_json::json!({"n": 1}), 3)
 }
 
 fn claim(queue: &str, limit: u32, now: Timestamp) -> JobClaim {

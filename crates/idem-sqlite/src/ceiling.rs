@@ -223,21 +223,7 @@ mod tests {
     const EFFECT: &str = "INSERT INTO bench_effect (job_id, fence) VALUES ($1, $2)";
 
     fn job(queue: &str) -> NewJob {
-        NewJob {
-            kind: "k".into(),
-            queue: queue.into(),
-            args: serde_json::json!({}),
-            priority: 0,
-            run_at: None,
-            max_attempts: 1,
-            enqueue_key: None,
-            claim: None,
-            principal: None,
-            batch_id: None,
-            follows_job: None,
-            follows_batch: None,
-            trace_parent: None,
-        }
+        NewJob::new("k", queue, serde_json::json!({}), 1)
     }
 
     async fn count(store: &SqliteStore, sql: &str) -> i64 {

@@ -63,21 +63,7 @@ async fn a_verified_tls_connection_runs_the_job_lifecycle() {
     let Some(url) = tls_url() else { return };
     let (store, schema) = store_at(&url).await.expect("connect over TLS");
     store.migrate().await.expect("migrate over TLS");
-    let job = NewJob {
-        kind: "tls".into(),
-        queue: "tls".into(),
-        args: serde_json::json!({"over": "tls"}),
-        priority: 0,
-        run_at: None,
-        max_attempts: 3,
-        enqueue_key: None,
-        claim: None,
-        principal: None,
-        batch_id: None,
-        follows_job: None,
-        follows_batch: None,
-        trace_parent: None,
-    };
+    let job = NewJob::new("tls", "tls", serde_json::json!({"over": "tls"}), 3);
     let inserted = store
         .job_insert(JobInsert {
             jobs: vec![job],

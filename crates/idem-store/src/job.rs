@@ -195,6 +195,32 @@ pub struct NewJob {
     pub trace_parent: Option<String>,
 }
 
+impl NewJob {
+    /// A job of `kind` on `queue` due now, priority 0, with nothing else set.
+    pub fn new(
+        kind: impl Into<String>,
+        queue: impl Into<String>,
+        args: serde_json::Value,
+        max_attempts: i32,
+    ) -> NewJob {
+        NewJob {
+            kind: kind.into(),
+            queue: queue.into(),
+            args,
+            priority: 0,
+            run_at: None,
+            max_attempts,
+            enqueue_key: None,
+            claim: None,
+            principal: None,
+            batch_id: None,
+            follows_job: None,
+            follows_batch: None,
+            trace_parent: None,
+        }
+    }
+}
+
 /// The claim a job is inserted with (see [`NewJob::claim`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InsertClaim {

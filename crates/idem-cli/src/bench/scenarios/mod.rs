@@ -45,21 +45,7 @@ pub async fn run(db: &Scratch, args: &BenchArgs, s: Scenario) -> anyhow::Result<
 }
 
 fn new_job(queue: &str, i: usize) -> NewJob {
-    NewJob {
-        kind: KIND.to_owned(),
-        queue: queue.to_owned(),
-        args: serde_json::json!({ "i": i }),
-        priority: 0,
-        run_at: None,
-        max_attempts: 1,
-        enqueue_key: None,
-        claim: None,
-        principal: None,
-        batch_id: None,
-        follows_job: None,
-        follows_batch: None,
-        trace_parent: None,
-    }
+    NewJob::new(KIND, queue, serde_json::json!({ "i": i }), 1)
 }
 
 pub(super) fn per_second(n: usize, elapsed: Duration) -> f64 {
