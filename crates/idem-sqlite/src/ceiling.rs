@@ -14,11 +14,14 @@ use rusqlite::{Connection, OpenFlags, params};
 
 use crate::Durability;
 use crate::error::interpret_error;
+use crate::ops::job::{JobValues, insert_rows};
 
 const CLAIM: &str = include_str!("../queries/job/claim.sql");
 const LOCK: &str = include_str!("../queries/job/lock.sql");
 const COMPLETE: &str = include_str!("../queries/job/complete.sql");
+const GET: &str = include_str!("../queries/job/get.sql");
 const ATTEMPT: &str = include_str!("../queries/job_attempt/insert.sql");
+const NEXT_ID: &str = include_str!("../queries/job/next_id.sql");
 const COMPLETE_MANY: &str = include_str!("../queries/job/complete_many.sql");
 const ATTEMPTS_COMPLETED: &str = include_str!("../queries/job_attempt/insert_completed.sql");
 /// Lease of the ceiling's claims: long enough for any run.
@@ -29,6 +32,7 @@ const WORKER: &str = "bench-ceiling";
 /// `durability`, the statement cache.
 fn open(path: &Path, durability: Durability) -> StoreResult<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    crate::connect::untracked_allocations();
     let c = Connection::open_with_flags(path, flags).map_err(interpret_error)?;
     let sync = match durability {
         Durability::Full => "FULL",
@@ -36,7 +40,11 @@ fn open(path: &Path, durability: Durability) -> StoreResult<Connection> {
     };
     c.set_prepared_statement_cache_capacity(32);
     c.busy_timeout(Duration::from_secs(10))
-        .and_then(|()| c.execute_batch(&format!("PRAGMA synchronous = {sync};")))
+        .and_then(|()| {
+            c.execute_batch(&format!(
+                "PRAGMA synchronous = {sync}; PRAGMA temp_store = MEMORY;"
+            ))
+        })
         .map_err(interpret_error)?;
     Ok(c)
 }
@@ -121,7 +129,7 @@ pub fn claim_all(path: &Path, queue: &str, batch: usize) -> StoreResult<Vec<Leas
 
 /// The fenced path of each claimed job in `leases`, one after another on one connection:
 /// the fence check (`job/lock.sql`), the effect row (`effect_sql`, binding the job id and
-/// fence as `$1`, `$2`), the completion (`job/complete.sql`) and its attempt row
+/// fence as `$1`, `$2`), the completion (`job/complete.sql`, then the row by `job/get.sql`) and its attempt row
 /// (`job_attempt/insert.sql`). Each job is a `SAVEPOINT` released after its completion,
 /// and every `group` jobs share one `BEGIN IMMEDIATE … COMMIT` (group 1: a transaction
 /// per job, without a savepoint). Returns the time the loop took.
@@ -160,9 +168,12 @@ fn fenced_job(c: &Connection, lease: LeaseToken, effect_sql: &str) -> StoreResul
         return Err(StoreError::lease_lost(lease));
     }
     exec(c, effect_sql, params![id, fence])?;
-    let mut complete = c.prepare_cached(COMPLETE).map_err(interpret_error)?;
     let args = params![id, fence, None::<i64>, None::<String>, true];
-    if !complete.exists(args).map_err(interpret_error)? {
+    if exec(c, COMPLETE, args)? != 1 {
+        return Err(StoreError::lease_lost(lease));
+    }
+    let mut get = c.prepare_cached(GET).map_err(interpret_error)?;
+    if !get.exists([id]).map_err(interpret_error)? {
         return Err(StoreError::lease_lost(lease));
     }
     exec(
@@ -171,6 +182,55 @@ fn fenced_job(c: &Connection, lease: LeaseToken, effect_sql: &str) -> StoreResul
         params![id, "completed", None::<String>, None::<i64>, None::<String>],
     )?;
     Ok(())
+}
+
+/// Inserts `n` jobs into `queue` as the store's bulk insert writes them (`job/insert.sql`,
+/// many rows per execution, every column bound), `batch` jobs per
+/// `BEGIN IMMEDIATE … COMMIT`, with the rows encoded beforehand (untimed). Returns the
+/// time the loop took.
+pub fn bulk(
+    path: &Path,
+    queue: &str,
+    n: usize,
+    batch: usize,
+    durability: Durability,
+) -> StoreResult<Duration> {
+    let c = open(path, durability)?;
+    warm_wal(&c)?;
+    let now = crate::ops::clock::now(&c)?;
+    let first: i64 = c
+        .query_row(NEXT_ID, [], |r| r.get(0))
+        .map_err(interpret_error)?;
+    let args: Vec<String> = (0..n).map(|i| format!("{{\"i\":{i}}}")).collect();
+    let rows: Vec<JobValues<'_>> = (first + 1..)
+        .zip(&args)
+        .map(|(id, args)| JobValues {
+            id,
+            kind: "bench",
+            queue,
+            args,
+            priority: 0,
+            state: "available",
+            max_attempts: 25,
+            run_at: now,
+            created_at: now,
+            lease: None,
+            enqueue_key: None,
+            principal: None,
+            batch_id: None,
+            follows_job: None,
+            follows_batch: None,
+            trace_parent: None,
+        })
+        .collect();
+    let started = Instant::now();
+    for chunk in rows.chunks(batch.max(1)) {
+        c.execute_batch("BEGIN IMMEDIATE")
+            .map_err(interpret_error)?;
+        insert_rows(&c, chunk)?;
+        c.execute_batch("COMMIT").map_err(interpret_error)?;
+    }
+    Ok(started.elapsed())
 }
 
 /// The no-op drain of `queue` on one connection: claim `batch` jobs (one transaction),

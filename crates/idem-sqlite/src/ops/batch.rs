@@ -8,7 +8,7 @@ use idem_store::{
 };
 use rusqlite::{Connection, params};
 
-use super::{json_list, rows};
+use super::{job_rows, json_list, rows};
 use crate::error::interpret_error;
 use crate::row::{self, ts_to_ms};
 
@@ -118,12 +118,7 @@ pub(crate) fn list(c: &Connection, p: &BatchList) -> StoreResult<Vec<BatchRow>> 
 
 pub(crate) fn children(c: &Connection, p: &BatchChildren) -> StoreResult<Vec<JobRow>> {
     let sql = include_str!("../../queries/batch/children.sql");
-    rows(
-        c,
-        sql,
-        params![p.batch_id, p.after_id, i64::from(p.limit)],
-        row::job,
-    )
+    job_rows(c, sql, params![p.batch_id, p.after_id, i64::from(p.limit)])
 }
 
 pub(crate) fn states(c: &Connection, batch_id: i64) -> StoreResult<Vec<(JobState, i64)>> {

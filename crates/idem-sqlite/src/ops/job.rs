@@ -6,15 +6,17 @@
 //! (`job_attempt`) after the update, in the same transaction; a job deleted by discard
 //! takes its attempt history and enqueue key with it.
 
+use std::sync::OnceLock;
+
 use idem_store::{
-    AttemptOutcome, Completed, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard,
-    JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, JobState,
-    LeaseRenewal, StoreError, StoreResult,
+    AttemptOutcome, Completed, InsertClaim, Inserted, JobCancel, JobClaim, JobComplete,
+    JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue,
+    JobRetry, JobRow, JobState, LeaseRenewal, StoreError, StoreResult,
 };
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, ToSql, params};
 
 use super::job_attempt::{self, AttemptRecord};
-use super::{enqueue_key, guarded, json_list, rows};
+use super::{enqueue_key, guarded, job_rows, json_list, rows};
 use crate::error::interpret_error;
 use crate::row::{self, ts_to_ms};
 
@@ -24,7 +26,7 @@ fn sorted(mut jobs: Vec<JobRow>) -> Vec<JobRow> {
 }
 
 pub(crate) fn get(c: &Connection, id: i64) -> StoreResult<Option<JobRow>> {
-    let jobs = rows(c, include_str!("../../queries/job/get.sql"), [id], row::job)?;
+    let jobs = job_rows(c, include_str!("../../queries/job/get.sql"), [id])?;
     Ok(jobs.into_iter().next())
 }
 
@@ -39,11 +41,35 @@ pub(crate) fn list(c: &Connection, p: &JobList) -> StoreResult<Vec<JobRow>> {
         i64::from(p.limit),
         p.principal
     ];
-    rows(c, sql, args, row::job)
+    job_rows(c, sql, args)
 }
 
-/// Inserts the batch's jobs in order, one execution of the prepared `job/insert.sql`
-/// each, all with one reading of the clock.
+/// Rows per execution of the multi-row insert; a batch's remainder goes one row at a time.
+const INSERT_ROWS: usize = 64;
+
+/// The text of `job/insert.sql` with `rows` copies of its row (each size built once).
+fn insert_sql(rows: usize) -> &'static str {
+    static ONE: OnceLock<String> = OnceLock::new();
+    static MANY: OnceLock<String> = OnceLock::new();
+    let build = move || {
+        let head = include_str!("../../queries/job/insert.sql");
+        let row: String = include_str!("../../queries/job/insert_values.sql")
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect();
+        let values = vec![row.trim(); rows].join(",\n");
+        format!("{head}{values}")
+    };
+    match rows {
+        1 => ONE.get_or_init(build),
+        INSERT_ROWS => MANY.get_or_init(build),
+        _ => unreachable!("insert statements are built for 1 or {INSERT_ROWS} rows"),
+    }
+}
+
+/// Inserts the batch's jobs in order, `INSERT_ROWS` per execution of a prepared
+/// multi-row insert, with one reading of the clock and of the highest id: the store
+/// chooses each id, state and claim itself, so nothing is read back.
 pub(crate) fn insert(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
     if p.jobs.is_empty() {
         return Ok(Vec::new());
@@ -52,39 +78,165 @@ pub(crate) fn insert(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
         Some(now) => ts_to_ms(now),
         None => super::clock::now(c)?,
     };
-    let mut stmt = c
-        .prepare_cached(include_str!("../../queries/job/insert.sql"))
+    let next_id: i64 = c
+        .prepare_cached(include_str!("../../queries/job/next_id.sql"))
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
         .map_err(interpret_error)?;
-    let mut inserted = Vec::with_capacity(p.jobs.len());
-    for j in &p.jobs {
-        let args = serde_json::to_string(&j.args)
-            .map_err(|e| StoreError::Invalid(format!("cannot encode a job's args: {e}")))?;
-        let claim = j.claim.as_ref();
-        let row = stmt
-            .query_row(
-                params![
-                    j.kind,
-                    j.queue,
-                    args,
-                    j.priority,
-                    j.run_at.map(ts_to_ms),
-                    j.max_attempts,
-                    claim.map(|c| c.worker.as_str()),
-                    claim.map(|c| c.lease_ms),
-                    j.enqueue_key,
-                    j.principal,
-                    j.batch_id,
-                    j.follows_job,
-                    j.follows_batch,
-                    j.trace_parent,
-                    now,
-                ],
-                |r| Ok(row::inserted(r)),
-            )
-            .map_err(interpret_error)??;
-        inserted.push(row);
+    let mut paused: Vec<(&str, bool)> = Vec::new();
+    let mut planned = Vec::with_capacity(p.jobs.len());
+    for (n, j) in (1..).zip(&p.jobs) {
+        let claim = match &j.claim {
+            None => None,
+            Some(claim) => {
+                let is_paused = match paused.iter().find(|(q, _)| *q == j.queue) {
+                    Some(&(_, known)) => known,
+                    None => {
+                        let known = queue_paused(c, &j.queue)?;
+                        paused.push((&j.queue, known));
+                        known
+                    }
+                };
+                (!is_paused).then_some(claim)
+            }
+        };
+        let run_at = j.run_at.map_or(now, ts_to_ms);
+        planned.push(Planned {
+            id: next_id + n,
+            args: serde_json::to_string(&j.args)
+                .map_err(|e| StoreError::Invalid(format!("cannot encode a job's args: {e}")))?,
+            state: match claim {
+                Some(_) => JobState::Running,
+                None if run_at > now => JobState::Scheduled,
+                None => JobState::Available,
+            },
+            run_at,
+            claim,
+        });
     }
+    let values: Vec<JobValues<'_>> = p
+        .jobs
+        .iter()
+        .zip(&planned)
+        .map(|(j, plan)| JobValues {
+            id: plan.id,
+            kind: &j.kind,
+            queue: &j.queue,
+            args: &plan.args,
+            priority: j.priority,
+            state: plan.state.as_str(),
+            max_attempts: j.max_attempts,
+            run_at: plan.run_at,
+            created_at: now,
+            lease: plan
+                .claim
+                .map(|c| (c.worker.as_str(), now, now + c.lease_ms)),
+            enqueue_key: j.enqueue_key.as_deref(),
+            principal: j.principal.as_deref(),
+            batch_id: j.batch_id,
+            follows_job: j.follows_job,
+            follows_batch: j.follows_batch,
+            trace_parent: j.trace_parent.as_deref(),
+        })
+        .collect();
+    insert_rows(c, &values)?;
+    let inserted = planned
+        .iter()
+        .map(|plan| {
+            Ok(Inserted {
+                id: plan.id,
+                state: plan.state,
+                run_at: row::ms_to_ts(plan.run_at)?,
+                created_at: row::ms_to_ts(now)?,
+            })
+        })
+        .collect::<StoreResult<Vec<_>>>()?;
     p.rows(inserted)
+}
+
+/// Every column of one row of `job/insert.sql`, in its order.
+pub(crate) struct JobValues<'a> {
+    pub id: i64,
+    pub kind: &'a str,
+    pub queue: &'a str,
+    pub args: &'a str,
+    pub priority: i16,
+    pub state: &'static str,
+    pub max_attempts: i32,
+    pub run_at: i64,
+    pub created_at: i64,
+    /// A job inserted claimed: its worker, when it started and when its lease expires.
+    pub lease: Option<(&'a str, i64, i64)>,
+    pub enqueue_key: Option<&'a str>,
+    pub principal: Option<&'a str>,
+    pub batch_id: Option<i64>,
+    pub follows_job: Option<i64>,
+    pub follows_batch: Option<i64>,
+    pub trace_parent: Option<&'a str>,
+}
+
+/// Writes `rows` with the multi-row `job/insert.sql`, `INSERT_ROWS` per execution and the
+/// remainder one at a time.
+pub(crate) fn insert_rows(c: &Connection, rows: &[JobValues<'_>]) -> StoreResult<()> {
+    for chunk in rows.chunks(INSERT_ROWS) {
+        let size = match chunk.len() {
+            INSERT_ROWS => INSERT_ROWS,
+            _ => 1,
+        };
+        for part in chunk.chunks(size) {
+            let mut stmt = c
+                .prepare_cached(insert_sql(part.len()))
+                .map_err(interpret_error)?;
+            let mut index = 1;
+            for v in part {
+                let started = i32::from(v.lease.is_some());
+                let columns: [&dyn ToSql; 20] = [
+                    &v.id,
+                    &v.kind,
+                    &v.queue,
+                    &v.args,
+                    &v.priority,
+                    &v.state,
+                    &v.max_attempts,
+                    &v.run_at,
+                    &v.created_at,
+                    &started,
+                    &started,
+                    &v.lease.map(|l| l.0),
+                    &v.lease.map(|l| l.1),
+                    &v.lease.map(|l| l.2),
+                    &v.enqueue_key,
+                    &v.principal,
+                    &v.batch_id,
+                    &v.follows_job,
+                    &v.follows_batch,
+                    &v.trace_parent,
+                ];
+                for column in columns {
+                    stmt.raw_bind_parameter(index, column)
+                        .map_err(interpret_error)?;
+                    index += 1;
+                }
+            }
+            stmt.raw_execute().map_err(interpret_error)?;
+        }
+    }
+    Ok(())
+}
+
+/// One job of an insert as the store chose it.
+struct Planned<'a> {
+    id: i64,
+    args: String,
+    state: JobState,
+    run_at: i64,
+    claim: Option<&'a InsertClaim>,
+}
+
+/// Whether `queue` is paused (a claimed insert into it goes in unclaimed).
+fn queue_paused(c: &Connection, queue: &str) -> StoreResult<bool> {
+    c.prepare_cached(include_str!("../../queries/queue/is_paused.sql"))
+        .and_then(|mut s| s.query_row([queue], |r| r.get(0)))
+        .map_err(interpret_error)
 }
 
 pub(crate) fn claim(c: &Connection, p: &JobClaim) -> StoreResult<Vec<JobRow>> {
@@ -100,7 +252,7 @@ pub(crate) fn claim(c: &Connection, p: &JobClaim) -> StoreResult<Vec<JobRow>> {
         kinds,
         p.principal
     ];
-    Ok(sorted(rows(c, sql, args, row::job)?))
+    Ok(sorted(job_rows(c, sql, args)?))
 }
 
 pub(crate) fn heartbeat(c: &Connection, p: &JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
@@ -129,7 +281,7 @@ pub(crate) fn lock(c: &Connection, p: &JobLock) -> StoreResult<JobRow> {
     let sql = include_str!("../../queries/job/lock.sql");
     #[cfg(feature = "chaos-break-fence")]
     let sql = crate::chaos::unfenced(sql);
-    let jobs = rows(c, sql, [p.lease.job_id, p.lease.fence], row::job)?;
+    let jobs = job_rows(c, sql, [p.lease.job_id, p.lease.fence])?;
     guarded(jobs, p.lease)
 }
 
@@ -147,7 +299,15 @@ pub(crate) fn complete(c: &Connection, p: &JobComplete, batches: bool) -> StoreR
         result,
         batches
     ];
-    let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
+    let changed = c
+        .prepare_cached(sql)
+        .and_then(|mut s| s.execute(args))
+        .map_err(interpret_error)?;
+    let job = match changed {
+        0 => None,
+        _ => get(c, p.lease.job_id)?,
+    };
+    let job = job.ok_or(StoreError::lease_lost(p.lease))?;
     job_attempt::insert(
         c,
         AttemptRecord::of(&job, AttemptOutcome::Completed, None, p.now),
@@ -200,7 +360,7 @@ pub(crate) fn fail(c: &Connection, p: &JobFail, batches: bool) -> StoreResult<Jo
         p.snooze,
         batches
     ];
-    let job = guarded(rows(c, sql, args, row::job)?, p.lease)?;
+    let job = guarded(job_rows(c, sql, args)?, p.lease)?;
     let outcome = AttemptOutcome::of_failure(&job, p.snooze);
     job_attempt::insert(c, AttemptRecord::of(&job, outcome, Some(&p.error), p.now))?;
     Ok(job)
@@ -210,7 +370,7 @@ pub(crate) fn rescue(c: &Connection, p: &JobRescue) -> StoreResult<Vec<JobRow>> 
     let sql = include_str!("../../queries/job/rescue.sql");
     let now = p.now.map(ts_to_ms);
     let args = params![i64::from(p.limit), p.retry_in_ms, now, p.max_attempts];
-    let jobs = sorted(rows(c, sql, args, row::job)?);
+    let jobs = sorted(job_rows(c, sql, args)?);
     for job in &jobs {
         let error = job.last_error.as_deref();
         let rec = AttemptRecord::of(job, AttemptOutcome::LeaseExpired, error, p.now);
@@ -231,7 +391,7 @@ pub(crate) fn cancel(c: &Connection, p: &JobCancel) -> StoreResult<JobRow> {
         },
     )?;
     let sql = include_str!("../../queries/job/cancel.sql");
-    let jobs = rows(c, sql, params![p.job_id, p.now.map(ts_to_ms)], row::job)?;
+    let jobs = job_rows(c, sql, params![p.job_id, p.now.map(ts_to_ms)])?;
     match jobs.into_iter().next() {
         Some(job) => Ok(job),
         None => Err(StoreError::cancel_refused(
@@ -250,7 +410,7 @@ pub(crate) fn delete(c: &Connection, ids: &[i64]) -> StoreResult<u64> {
 
 pub(crate) fn get_many(c: &Connection, ids: &[i64]) -> StoreResult<Vec<JobRow>> {
     let sql = include_str!("../../queries/job/get_many.sql");
-    rows(c, sql, [json_list(&ids)?], row::job)
+    job_rows(c, sql, [json_list(&ids)?])
 }
 
 /// Puts dead or cancelled jobs back to available; each with the state it left.
@@ -265,7 +425,7 @@ pub(crate) fn retry(c: &Connection, p: &JobRetry) -> StoreResult<Vec<(JobRow, Jo
     .into_iter()
     .collect();
     let sql = include_str!("../../queries/job/retry.sql");
-    let jobs = sorted(rows(c, sql, params![ids, p.now.map(ts_to_ms)], row::job)?);
+    let jobs = sorted(job_rows(c, sql, params![ids, p.now.map(ts_to_ms)])?);
     jobs.into_iter()
         .map(|j| {
             let state = was.get(&j.id).copied().ok_or_else(|| {

@@ -50,6 +50,18 @@ fn rows<T>(
     Ok(out)
 }
 
+/// Runs a statement that returns `idem_job` rows; the columns are found once per call.
+fn job_rows(c: &Connection, sql: &str, params: impl Params) -> StoreResult<Vec<JobRow>> {
+    let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;
+    let columns = crate::row::JobColumns::of(&stmt)?;
+    let mut rows = stmt.query(params).map_err(interpret_error)?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().map_err(interpret_error)? {
+        out.push(columns.job(r)?);
+    }
+    Ok(out)
+}
+
 /// A job returned by a guarded statement, or `LeaseLost` when it returned none.
 fn guarded(jobs: Vec<JobRow>, lease: LeaseToken) -> StoreResult<JobRow> {
     jobs.into_iter().next().ok_or(StoreError::lease_lost(lease))

@@ -1,5 +1,5 @@
-//! The ceilings of the drain and fenced scenarios: the engine's statements without the
-//! engine, run so that the engine cannot beat them by overlapping work.
+//! The ceilings of the bulk (SQLite), drain and fenced scenarios: the engine's statements
+//! without the engine, run so that the engine cannot beat them by overlapping work.
 //!
 //! - PostgreSQL: the store's own operations (so the very statements the engine sends,
 //!   prepared by sqlx), on as many connections at once as the engine's store has
@@ -50,6 +50,21 @@ fn durability(args: &BenchArgs) -> Durability {
         "normal" => Durability::Normal,
         _ => Durability::Full,
     }
+}
+
+/// SQLite's bulk ceiling: `args.jobs` jobs into `queue`, `args.bulk_batch` per
+/// transaction, by `idem_sqlite::ceiling::bulk`; the time it took.
+pub(super) async fn bulk(
+    db: &Scratch,
+    args: &BenchArgs,
+    queue: &str,
+) -> anyhow::Result<std::time::Duration> {
+    let (path, sync, q) = (sqlite_file(db)?, durability(args), queue.to_owned());
+    let (n, batch) = (args.jobs, args.bulk_batch);
+    let took =
+        tokio::task::spawn_blocking(move || idem_sqlite::ceiling::bulk(&path, &q, n, batch, sync))
+            .await??;
+    Ok(took)
 }
 
 /// Drains `args.jobs` no-op jobs of `queue` (seeded here) by claim + complete-many.
