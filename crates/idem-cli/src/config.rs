@@ -23,6 +23,9 @@
 //! job_timeout = "60s"
 //! rescue_interval = "5s"
 //! poll_interval = "500ms"     # claims without a wake-up; enqueues from other processes wake workers
+//! pool_size = 40              # PostgreSQL connections of `idem worker` and `idem serve`;
+//!                             # --pool-size overrides it; SQLite ignores it. Default: the jobs
+//!                             # at once + 8, at least 20 (serve: + up to 64), at most 100
 //! [retention]
 //! enqueue_keys = "3d"
 //! effect_keys = "3d"
@@ -43,6 +46,7 @@
 //! worker does at start-up.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -84,6 +88,9 @@ pub struct CliConfig {
     /// `[retry]` and `[worker]`: ladders, attempts, bounds on handler delays, lease, job
     /// timeout, rescue interval.
     pub worker: WorkerConfig,
+    /// `[worker] pool_size`: the PostgreSQL pool of `idem worker` and `idem serve`;
+    /// `None` = sized to the worker's jobs (`worker::pool_size`).
+    pub pool_size: Option<NonZeroU32>,
     /// Retention windows.
     pub retention: Retention,
     /// `[[api.tokens]]`: the bearer tokens of `idem serve`, each naming a principal.
@@ -210,6 +217,7 @@ struct WorkerToml {
     job_timeout: Option<String>,
     rescue_interval: Option<String>,
     poll_interval: Option<String>,
+    pool_size: Option<u32>,
 }
 
 #[derive(Deserialize, Default)]
@@ -289,6 +297,10 @@ impl CliConfig {
         Ok(CliConfig {
             source: None,
             worker,
+            pool_size: w
+                .pool_size
+                .map(|n| pool_size("worker.pool_size", n))
+                .transpose()?,
             retention: retention(&file.retention)?,
             api_tokens: file.api.tokens,
             periodic: periodic(file.periodic)?,
@@ -371,6 +383,18 @@ fn max_snoozes(value: Option<i32>, default: i32) -> anyhow::Result<i32> {
     }
 }
 
+/// A pool size of `key` (the config key or the flag), which must be 1 or more.
+pub(crate) fn pool_size(key: &str, n: u32) -> anyhow::Result<NonZeroU32> {
+    NonZeroU32::new(n).ok_or_else(|| {
+        anyhow::anyhow!(
+            "{key} is 0: a pool needs at least 1 connection (a worker {}: {} of its own and \
+             one for jobs); leave it out for a pool sized to the worker's jobs",
+            idem::WORKER_CONNECTIONS + 1,
+            idem::WORKER_CONNECTIONS
+        )
+    })
+}
+
 fn retention(r: &RetentionToml) -> anyhow::Result<Retention> {
     let d = Retention::default();
     Ok(Retention {
@@ -406,9 +430,9 @@ fn parse_duration(key: &str, text: &str) -> anyhow::Result<Duration> {
 /// `idem config …`.
 #[derive(Subcommand)]
 pub enum ConfigCommand {
-    /// Print the retry ladders, every term of the computed retry horizon (ladders,
-    /// handler delays, snoozes, attempts) and the retention windows, and check that the
-    /// windows cover the horizon
+    /// Print the retry ladders, the worker's settings (timing, poll interval, pool size),
+    /// every term of the computed retry horizon (ladders, handler delays, snoozes,
+    /// attempts) and the retention windows, and check that the windows cover the horizon
     Check(CheckArgs),
 }
 
@@ -491,20 +515,29 @@ fn describe(ladder: &RetryLadder) -> String {
     )
 }
 
+/// The worker's settings, one line each.
 fn report_worker(c: &CliConfig) -> String {
     let w = &c.worker;
-    format!(
-        "\nattempts, timing and handler delays\n  max_attempts       {}\n  lease              \
-         {}\n  job timeout        {}\n  rescue interval    {}\n  max_retry_after    {}\n  \
-         max_snooze         {}\n  max_snoozes        {}\n",
-        w.max_attempts,
-        human(w.lease),
-        human(w.job_timeout),
-        human(w.rescue_interval),
-        human(w.max_retry_after),
-        human(w.max_snooze),
-        w.max_snoozes,
-    )
+    let pool = match c.pool_size {
+        Some(n) => format!("{n} connections (PostgreSQL; SQLite ignores it)"),
+        None => format!("default: {}", crate::worker::default_pool()),
+    };
+    let lines = [
+        ("max_attempts", w.max_attempts.to_string()),
+        ("lease", human(w.lease)),
+        ("job timeout", human(w.job_timeout)),
+        ("rescue interval", human(w.rescue_interval)),
+        ("poll interval", human(w.poll_interval)),
+        ("max_retry_after", human(w.max_retry_after)),
+        ("max_snooze", human(w.max_snooze)),
+        ("max_snoozes", w.max_snoozes.to_string()),
+        ("pool size", pool),
+    ];
+    let mut out = "\nattempts, timing, handler delays and pool\n".to_owned();
+    for (name, value) in lines {
+        out += &format!("  {name:<18} {value}\n");
+    }
+    out
 }
 
 /// Every term of the horizon, one line each: name, duration, where it comes from.
@@ -597,6 +630,8 @@ fn report_json(c: &CliConfig) -> serde_json::Value {
         "lease_secs": secs(w.lease),
         "job_timeout_secs": secs(w.job_timeout),
         "rescue_interval_secs": secs(w.rescue_interval),
+        "poll_interval_secs": secs(w.poll_interval),
+        "pool_size": c.pool_size,
         "max_retry_after_secs": secs(w.max_retry_after),
         "max_snooze_secs": secs(w.max_snooze),
         "max_snoozes": w.max_snoozes,
@@ -662,6 +697,7 @@ lease = "30s"
 job_timeout = "60s"
 rescue_interval = "5s"
 poll_interval = "2s"
+pool_size = 40
 [retention]
 enqueue_keys = "3d"
 effect_keys = "3d"
@@ -696,6 +732,7 @@ dead_jobs = "7d"
         );
         assert_eq!(c.worker.rescue_interval, secs(5));
         assert_eq!(c.worker.poll_interval, secs(2));
+        assert_eq!(c.pool_size, NonZeroU32::new(40));
         assert_eq!(
             (
                 c.worker.max_retry_after,
@@ -874,6 +911,27 @@ dead_jobs = "7d"
             .lines()
             .find(|l| l.trim_start().starts_with(name))
             .unwrap_or_else(|| panic!("no line {name:?} in {report}"))
+    }
+
+    #[test]
+    fn the_report_prints_the_poll_interval_and_the_pool_size() {
+        let r = report(&CliConfig::default());
+        assert!(line(&r, "poll interval").ends_with(" 0.5s"), "{r}");
+        let pool = line(&r, "pool size");
+        assert!(
+            pool.contains("default: the jobs at once + 8, at least 20") && pool.contains("100"),
+            "{pool}"
+        );
+        let c = CliConfig::parse(GOOD).unwrap();
+        let r = report(&c);
+        assert!(line(&r, "poll interval").ends_with(" 2s"), "{r}");
+        assert!(line(&r, "pool size").contains(" 40 connections"), "{r}");
+        let json = report_json(&c);
+        assert_eq!(
+            (&json["poll_interval_secs"], &json["pool_size"]),
+            (&serde_json::json!(2.0), &serde_json::json!(40))
+        );
+        assert!(report_json(&CliConfig::default())["pool_size"].is_null());
     }
 
     #[test]

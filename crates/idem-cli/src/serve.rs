@@ -24,10 +24,13 @@ use idem_http::metrics;
 use tokio::sync::watch;
 
 use crate::config::{ApiToken, CliConfig};
-use crate::database;
 use crate::exit::{Exit, OrExit};
 use crate::interrupt::Interrupt;
 use crate::worker::{self, WorkerArgs};
+
+/// Most connections the default pool adds for the requests handled at once (up to
+/// `--max-requests`), still within the worker's cap (`worker::MAX_DEFAULT_POOL`).
+pub(crate) const REQUEST_CONNECTIONS: u32 = 64;
 
 /// Arguments of `idem serve`.
 #[derive(Args)]
@@ -83,15 +86,10 @@ pub async fn run(url: &str, a: ServeArgs) -> anyhow::Result<ExitCode> {
         max_body: a.max_body,
         ..IdempotencyConfig::default()
     };
-    let mut options = worker::connect_options(&config.worker);
-    options.postgres.max_connections = options
-        .postgres
-        .max_connections
-        .saturating_add(u32::try_from(a.max_requests.min(64)).unwrap_or(64));
-    let idem = database::open_with(url, options)
-        .await?
-        .with_retention(config.retention)?
-        .with_horizon(config.horizon());
+    let requests = u32::try_from(a.max_requests)
+        .unwrap_or(u32::MAX)
+        .min(REQUEST_CONNECTIONS);
+    let idem = worker::open(url, &config, requests).await?;
     let protocol = WorkerProtocol::new(idem.clone(), config.worker.clone())?;
     // Without a worker here, the API's own claims still need a rescuer (and a purger).
     let maintenance = a

@@ -2,7 +2,9 @@
 //! the queues given, until SIGTERM or SIGINT; beside it, a reconciliation pass of those
 //! kinds every `--reconcile-every`. Also the one registration of the built-in kinds,
 //! which `idem reconcile` shares. With `--metrics-listen ADDR` it serves its metrics
-//! (`metrics_listen.rs`).
+//! (`metrics_listen.rs`). On PostgreSQL its pool is `--pool-size`, else `[worker]
+//! pool_size`, else sized to its jobs and capped ([`pool_size`], which `idem serve`
+//! shares).
 //!
 //! What must stay true: the database is opened, never created or migrated; the worker's
 //! settings come from the config file (`config.rs`) and pass the same checks as every
@@ -14,6 +16,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,7 +24,7 @@ use std::time::Duration;
 use clap::Args;
 use idem::builtin::{Http, HttpConfig};
 use idem::intent::{ReconcileOptions, Reconciler};
-use idem::{Worker, WorkerConfig, WorkerReport};
+use idem::{Idem, Worker, WorkerConfig, WorkerReport};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -34,6 +37,15 @@ use crate::reconcile;
 
 /// Jobs each queue runs at once when `--concurrency` is not given (the library's default).
 const DEFAULT_CONCURRENCY: usize = 10;
+/// The largest PostgreSQL pool a worker opens by default (`[worker] pool_size` and
+/// `--pool-size` set any size): PostgreSQL's default `max_connections`. A pool sized to
+/// the jobs alone (`--concurrency 1000`: 1,008 connections) has the server refuse
+/// connections under load ("too many clients") where jobs should wait for one, and
+/// several workers and the web app usually share the server, so even this many is an
+/// upper bound, not a target.
+pub(crate) const MAX_DEFAULT_POOL: u32 = 100;
+/// How the command line sizes the pool, as a worker's pool check names it.
+const POOL_SETTING: &str = "--pool-size or [worker] pool_size";
 
 /// Arguments of `idem worker`.
 #[derive(Args)]
@@ -52,6 +64,16 @@ pub struct WorkerArgs {
     /// unkeyed calls), as `idem reconcile` does with its defaults; 0 disables
     #[arg(long, default_value = "1m", value_parser = reconcile::duration, value_name = "DUR")]
     pub(crate) reconcile_every: Duration,
+    /// Connections of the PostgreSQL pool, over the config file's `[worker] pool_size`
+    /// [default: the jobs at once + 8, at least 20 (idem serve: + up to 64 for requests),
+    /// at most 100]; SQLite ignores it
+    #[arg(long, value_parser = pool_size_flag, value_name = "N")]
+    pub(crate) pool_size: Option<NonZeroU32>,
+}
+
+/// `--pool-size`: 1 or more.
+fn pool_size_flag(text: &str) -> anyhow::Result<NonZeroU32> {
+    crate::config::pool_size("--pool-size", text.parse()?)
 }
 
 /// Arguments of `idem worker` alone (`idem serve` shares [`WorkerArgs`]).
@@ -71,16 +93,46 @@ pub fn register_builtins(worker: &mut Worker) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The store settings of a worker: on PostgreSQL, a pool that serves every job at once
-/// plus the worker's own duties and one reconciliation pass (never below the default).
-pub(crate) fn connect_options(worker: &WorkerConfig) -> idem::ConnectOptions {
-    let jobs: usize = worker.queues.values().sum();
-    let wanted = u32::try_from(jobs)
+/// The PostgreSQL pool of a process running `config`'s worker, with `extra` connections
+/// for what else it serves (`idem serve`'s requests): `pool_size` when set; else one
+/// connection for every job at once, the worker's own duties and one reconciliation pass
+/// (never below the library's default), plus `extra`, at most [`MAX_DEFAULT_POOL`]. When
+/// the cap leaves fewer than the worker wants, its pool check warns with the way out.
+pub(crate) fn pool_size(config: &CliConfig, extra: u32) -> u32 {
+    if let Some(n) = config.pool_size {
+        return n.get();
+    }
+    let jobs: usize = config.worker.queues.values().sum();
+    let worker = u32::try_from(jobs)
         .unwrap_or(u32::MAX)
-        .saturating_add(idem::WORKER_CONNECTIONS + 1);
+        .saturating_add(idem::WORKER_CONNECTIONS + 1)
+        .max(idem_postgres::DEFAULT_MAX_CONNECTIONS);
+    worker.saturating_add(extra).min(MAX_DEFAULT_POOL)
+}
+
+/// The rule of [`pool_size`] without a setting, for people.
+pub(crate) fn default_pool() -> String {
+    format!(
+        "the jobs at once + {}, at least {} (idem serve: + up to {} for requests), at most \
+         {} (PostgreSQL)",
+        idem::WORKER_CONNECTIONS + 1,
+        idem_postgres::DEFAULT_MAX_CONNECTIONS,
+        crate::serve::REQUEST_CONNECTIONS,
+        MAX_DEFAULT_POOL
+    )
+}
+
+/// The existing database at `url` for a process running `config`'s worker: its pool
+/// ([`pool_size`] with `extra`), retention and horizon, and the pool check naming the
+/// command line's setting.
+pub(crate) async fn open(url: &str, config: &CliConfig, extra: u32) -> anyhow::Result<Idem> {
     let mut options = idem::ConnectOptions::default();
-    options.postgres.max_connections = options.postgres.max_connections.max(wanted);
-    options
+    options.postgres.max_connections = pool_size(config, extra);
+    Ok(database::open_with(url, options)
+        .await?
+        .with_retention(config.retention)?
+        .with_horizon(config.horizon())
+        .with_pool_setting(POOL_SETTING))
 }
 
 /// The config file's `[[periodic]]` schedules, run by `worker` (each tick enqueued once
@@ -97,10 +149,7 @@ pub async fn run(url: &str, c: WorkerCommand) -> anyhow::Result<ExitCode> {
     let a = c.worker;
     let queues = queues(&a)?;
     let config = settings(&a, queues)?;
-    let idem = database::open_with(url, connect_options(&config.worker))
-        .await?
-        .with_retention(config.retention)?
-        .with_horizon(config.horizon());
+    let idem = open(url, &config, 0).await?;
     let mut worker = idem.worker(config.worker.clone())?;
     register_builtins(&mut worker)?;
     register_periodic(&mut worker, &config)?;
@@ -167,14 +216,15 @@ pub(crate) fn queues(a: &WorkerArgs) -> anyhow::Result<BTreeMap<String, usize>> 
     Ok(queues)
 }
 
-/// The config file's settings with the flags' queues, checked as `Idem::worker` checks
-/// them (a refusal is a bad configuration, exit 5).
+/// The config file's settings with the flags' queues and pool size, checked as
+/// `Idem::worker` checks them (a refusal is a bad configuration, exit 5).
 pub(crate) fn settings(
     a: &WorkerArgs,
     queues: BTreeMap<String, usize>,
 ) -> anyhow::Result<CliConfig> {
     let mut config = CliConfig::load(a.config.as_deref()).or_exit(Exit::Config)?;
     config.worker.queues = queues;
+    config.pool_size = a.pool_size.or(config.pool_size);
     config.check().or_exit(Exit::Config)?;
     Ok(config)
 }
@@ -245,18 +295,89 @@ pub(crate) fn summary(r: &WorkerReport) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+    use idem::WORKER_CONNECTIONS;
+
+    use super::*;
+
+    /// `idem worker`'s flags alone.
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        worker: WorkerArgs,
+    }
+
+    fn flags(args: &[&str]) -> Result<WorkerArgs, clap::Error> {
+        let all = std::iter::once("idem-worker").chain(args.iter().copied());
+        Flags::try_parse_from(all).map(|f| f.worker)
+    }
+
+    /// The defaults with one queue of `concurrency` and `pool_size` set or not.
+    fn config(concurrency: usize, pool_size: Option<u32>) -> CliConfig {
+        CliConfig {
+            worker: WorkerConfig::default().only_queue("q", concurrency),
+            pool_size: pool_size.and_then(NonZeroU32::new),
+            ..CliConfig::default()
+        }
+    }
+
     #[test]
-    fn the_pool_serves_every_job_and_the_workers_duties() {
-        let small = super::WorkerConfig::default().only_queue("q", 4);
-        let default = idem::ConnectOptions::default().postgres.max_connections;
-        assert_eq!(
-            super::connect_options(&small).postgres.max_connections,
-            default
+    fn the_default_pool_serves_every_job_and_the_workers_duties() {
+        let floor = idem_postgres::DEFAULT_MAX_CONNECTIONS;
+        assert_eq!(pool_size(&config(4, None), 0), floor);
+        let pool = pool_size(&config(50, None), 0);
+        assert_eq!(pool, 50 + WORKER_CONNECTIONS + 1);
+        let worker = config(50, None).worker;
+        worker.check_connections(Some(pool), POOL_SETTING).unwrap();
+        // idem serve: its requests' share on top.
+        assert_eq!(pool_size(&config(4, None), 64), floor + 64);
+    }
+
+    #[test]
+    fn the_default_pool_is_capped_at_postgresqls_default_max_connections() {
+        assert_eq!(pool_size(&config(1000, None), 0), MAX_DEFAULT_POOL);
+        assert_eq!(pool_size(&config(50, None), 64), MAX_DEFAULT_POOL);
+        assert_eq!(pool_size(&config(10_000, None), u32::MAX), MAX_DEFAULT_POOL);
+    }
+
+    #[test]
+    fn a_set_pool_size_is_the_pool_whatever_the_jobs() {
+        assert_eq!(pool_size(&config(1000, Some(300)), 0), 300);
+        assert_eq!(pool_size(&config(50, Some(9)), 64), 9);
+        let worker = config(50, None).worker;
+        let err = worker.check_connections(Some(5), POOL_SETTING).unwrap_err();
+        let err = err.to_string();
+        assert!(
+            err.contains("raise --pool-size or [worker] pool_size to 57 or more"),
+            "{err}"
         );
-        let big = super::WorkerConfig::default().only_queue("q", 50);
-        let pool = super::connect_options(&big).postgres.max_connections;
-        assert_eq!(pool, 50 + idem::WORKER_CONNECTIONS + 1);
-        big.check_connections(Some(pool))
-            .expect("enough for every job at once");
+    }
+
+    #[test]
+    fn a_pool_size_of_zero_is_refused_naming_the_key_or_the_flag() {
+        let err = CliConfig::parse("[worker]\npool_size = 0\n").unwrap_err();
+        let err = format!("{err:#}");
+        assert!(err.contains("worker.pool_size is 0"), "{err}");
+        let err = flags(&["--pool-size", "0"])
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(err.contains("--pool-size is 0"), "{err}");
+        let c = CliConfig::parse("[worker]\npool_size = 40\n").unwrap();
+        assert_eq!(c.pool_size, NonZeroU32::new(40));
+    }
+
+    #[test]
+    fn the_flag_overrides_the_config_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("idem.toml");
+        std::fs::write(&file, "[worker]\npool_size = 30\n").unwrap();
+        let file = file.to_str().unwrap();
+        let from_file = flags(&["--config", file]).unwrap();
+        let c = settings(&from_file, queues(&from_file).unwrap()).unwrap();
+        assert_eq!(pool_size(&c, 0), 30);
+        let flagged = flags(&["--config", file, "--pool-size", "50"]).unwrap();
+        let c = settings(&flagged, queues(&flagged).unwrap()).unwrap();
+        assert_eq!(pool_size(&c, 0), 50);
     }
 }

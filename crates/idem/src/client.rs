@@ -23,7 +23,7 @@ use crate::job::Job;
 use crate::local::LocalQueues;
 use crate::telemetry::{Metrics, MetricsSnapshot};
 use crate::wake::Waker;
-use crate::worker::{Worker, WorkerConfig};
+use crate::worker::{POOL_SETTING, Worker, WorkerConfig};
 
 /// Most jobs a rescue call moves at once.
 pub(crate) const RESCUE_BATCH: u32 = 1000;
@@ -105,6 +105,8 @@ pub struct Idem {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) retention: Retention,
     pub(crate) horizon: Horizon,
+    /// What the pool check of this client's workers names as the way to size the pool.
+    pub(crate) pool_setting: &'static str,
     pub(crate) local: Arc<LocalQueues>,
 }
 
@@ -179,6 +181,7 @@ impl Idem {
             metrics: Arc::new(Metrics::default()),
             retention: Retention::default(),
             horizon: WorkerConfig::default().horizon(),
+            pool_setting: POOL_SETTING,
             local: Arc::new(LocalQueues::default()),
         }
     }
@@ -204,6 +207,15 @@ impl Idem {
     /// ([`WorkerConfig::horizon`]); the default is that of [`WorkerConfig::default`].
     pub fn with_horizon(mut self, horizon: Horizon) -> Idem {
         self.horizon = horizon;
+        self
+    }
+
+    /// The same client with its workers' pool check ([`WorkerConfig::check_connections`])
+    /// naming `setting` as the way to a larger PostgreSQL pool: for a program that sizes
+    /// the pool from settings of its own (the `idem` command line names `[worker]
+    /// pool_size` and `--pool-size`). Default: [`POOL_SETTING`].
+    pub fn with_pool_setting(mut self, setting: &'static str) -> Idem {
+        self.pool_setting = setting;
         self
     }
 
@@ -429,7 +441,7 @@ impl Idem {
         config.validate()?;
         let horizon = config.horizon();
         self.retention.check_covers(&horizon)?;
-        config.check_connections(self.store.connections())?;
+        config.check_connections(self.store.connections(), self.pool_setting)?;
         if horizon.total > self.horizon.total {
             tracing::warn!(
                 worker_horizon = %human(horizon.total),

@@ -94,6 +94,6 @@ pub use maintenance::{BULK_PAGE, DEFAULT_PURGE_BATCH, DeadFilter, RetryRefused};
 pub use telemetry::MetricsSnapshot;
 pub use transition::{Guard, Transition};
 pub use worker::{
-    MAX_CLAIM, MIN_LEASE_MS, ProtocolClaim, WORKER_CONNECTIONS, Worker, WorkerConfig, WorkerHandle,
-    WorkerProtocol, WorkerReport,
+    MAX_CLAIM, MIN_LEASE_MS, POOL_SETTING, ProtocolClaim, WORKER_CONNECTIONS, Worker, WorkerConfig,
+    WorkerHandle, WorkerProtocol, WorkerReport,
 };

@@ -35,6 +35,19 @@ async fn the_pool_size_reaches_the_store_and_bounds_workers(db: &TestDb) {
         "{msg}"
     );
     small.store().close().await;
+    let named = with_pool(db, WORKER_CONNECTIONS)
+        .await
+        .with_pool_setting("--pool-size");
+    let msg = named
+        .worker(config("q", 1))
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        msg.contains("raise --pool-size to") && !msg.contains("PgOptions"),
+        "{msg}"
+    );
+    named.store().close().await;
     let enough = with_pool(db, WORKER_CONNECTIONS + 1).await;
     assert_eq!(enough.store().connections(), Some(WORKER_CONNECTIONS + 1));
     assert!(enough.worker(config("q", 1)).is_ok());

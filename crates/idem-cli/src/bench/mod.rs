@@ -52,6 +52,15 @@ pub enum Scenario {
     Batch,
 }
 
+/// A scenario's name as `--scenarios` takes it and the JSON report writes it
+/// (`latency-remote`), wherever one is printed.
+impl std::fmt::Display for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let value = self.to_possible_value().expect("no scenario is skipped");
+        f.write_str(value.get_name())
+    }
+}
+
 /// Arguments of `idem bench`.
 #[derive(Args, Clone, Serialize)]
 pub struct BenchArgs {
@@ -198,10 +207,10 @@ async fn measure(db: &Scratch, args: &BenchArgs, bar: &ProgressBar) -> anyhow::R
         scenarios::fill_history(db, args.history).await?;
     }
     for &scenario in &args.scenarios {
-        bar.set_message(format!("{scenario:?}").to_lowercase());
+        bar.set_message(scenario.to_string());
         let mut figures = scenarios::run(db, args, scenario)
             .await
-            .with_context(|| format!("scenario {scenario:?} failed"))?;
+            .with_context(|| format!("scenario {scenario} failed"))?;
         bar.inc(1);
         results.append(&mut figures);
     }
@@ -250,5 +259,22 @@ impl Figure {
     /// The engine's share of the ceiling.
     pub fn ratio(&self) -> Option<f64> {
         self.ceiling.filter(|c| *c > 0.0).map(|c| self.value / c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::Scenario;
+
+    #[test]
+    fn a_scenario_prints_as_the_flag_and_the_json_name_it() {
+        assert_eq!(Scenario::LatencyRemote.to_string(), "latency-remote");
+        for s in Scenario::value_variants() {
+            let json = serde_json::to_value(s).unwrap();
+            assert_eq!(json, s.to_string());
+            assert_eq!(Scenario::from_str(&s.to_string(), false), Ok(*s));
+        }
     }
 }

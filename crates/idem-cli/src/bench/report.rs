@@ -78,7 +78,7 @@ pub fn print(
     );
     println!();
     println!(
-        "{:<10} {:<34} {:>12} {:<7} {:>12} {:>7}",
+        "{:<14} {:<34} {:>12} {:<7} {:>12} {:>7}",
         "scenario", "figure", "engine", "unit", "ceiling", "ratio"
     );
     for f in figures {
@@ -90,15 +90,15 @@ pub fn print(
             .ratio()
             .map(|r| format!("{r:.2}"))
             .unwrap_or_else(|| "-".into());
-        let name = format!("{:?}", f.scenario).to_lowercase();
+        let name = f.scenario.to_string();
         println!(
-            "{name:<10} {:<34} {:>12.1} {:<7} {ceiling:>12} {ratio:>7}",
+            "{name:<14} {:<34} {:>12.1} {:<7} {ceiling:>12} {ratio:>7}",
             f.metric, f.value, f.unit
         );
         for (i, c) in f.other_ceilings.iter().enumerate() {
             let label = format!("  (ceiling {})", i + 2);
             println!(
-                "{name:<10} {label:<34} {:>12} {:<7} {:>12.1} {:>7.2}",
+                "{name:<14} {label:<34} {:>12} {:<7} {:>12.1} {:>7.2}",
                 "",
                 f.unit,
                 c.value,

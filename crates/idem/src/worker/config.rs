@@ -33,6 +33,10 @@ pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// completion flushes in flight, the rescuer, the purger, the listener (which holds its
 /// connection) and the announcer of enqueues. Claims use a pool of their own.
 pub const WORKER_CONNECTIONS: u32 = 7;
+/// The setting that sizes the PostgreSQL pool, as the pool check names it to a library
+/// user ([`WorkerConfig::check_connections`]); a program that sizes the pool from its own
+/// settings names those instead (`Idem::with_pool_setting`).
+pub const POOL_SETTING: &str = "PgOptions::max_connections (Idem::connect_with)";
 
 /// Highest concurrency accepted per queue.
 pub const MAX_CONCURRENCY: usize = 10_000;
@@ -277,8 +281,9 @@ impl WorkerConfig {
     /// every running job at once holding a connection (an effect transaction each) as
     /// well: jobs then wait for connections, and so may the heartbeat, which can cost
     /// leases when effect transactions are long. The messages name the numbers and the
-    /// way out (a larger pool with `Idem::connect_with`, or less concurrency).
-    pub fn check_connections(&self, pool: Option<u32>) -> Result<(), IdemError> {
+    /// way out: a larger pool through `setting` (for a library user [`POOL_SETTING`]), or
+    /// less concurrency.
+    pub fn check_connections(&self, pool: Option<u32>, setting: &str) -> Result<(), IdemError> {
         let Some(pool) = pool else { return Ok(()) };
         let jobs: usize = self.queues.values().sum();
         let jobs = u32::try_from(jobs).unwrap_or(u32::MAX);
@@ -287,8 +292,8 @@ impl WorkerConfig {
             return Err(IdemError::Config(format!(
                 "the PostgreSQL pool has {pool} connections; a worker needs \
                  {WORKER_CONNECTIONS} for its heartbeat, completion flushes, rescuer, purger, \
-                 listener and announcer, and at least one for its jobs: raise \
-                 PgOptions::max_connections (Idem::connect_with) to {wanted} or more"
+                 listener and announcer, and at least one for its jobs: raise {setting} to \
+                 {wanted} or more"
             )));
         }
         if pool < wanted {
@@ -298,8 +303,8 @@ impl WorkerConfig {
                 "the PostgreSQL pool has {pool} connections; this worker runs up to {jobs} jobs \
                  at once and needs {WORKER_CONNECTIONS} more for its own duties: jobs that each \
                  open an effect transaction will wait for connections, and so may the \
-                 heartbeat. Raise PgOptions::max_connections (Idem::connect_with) to {wanted} \
-                 or lower the queues' concurrency"
+                 heartbeat. Raise {setting} to {wanted} (the server's max_connections must \
+                 allow it) or lower the queues' concurrency"
             );
         }
         Ok(())
@@ -381,5 +386,22 @@ mod tests {
         assert!(h.handler_delays > base.handler_delays);
         assert_eq!(h.snoozes - base.snoozes, base.snoozes / 10);
         assert_eq!(longer.horizon_params().max_snoozes, 11);
+    }
+
+    #[test]
+    fn the_pool_check_names_the_setting_it_is_given() {
+        let one = WorkerConfig::default().only_queue("q", 1);
+        let err = one.check_connections(Some(WORKER_CONNECTIONS), POOL_SETTING);
+        let err = err.unwrap_err().to_string();
+        assert!(
+            err.contains("raise PgOptions::max_connections (Idem::connect_with) to 8 or more"),
+            "{err}"
+        );
+        let err = one.check_connections(Some(3), "--pool-size");
+        let err = err.unwrap_err().to_string();
+        assert!(err.contains("raise --pool-size to 8 or more"), "{err}");
+        one.check_connections(Some(WORKER_CONNECTIONS + 1), "--pool-size")
+            .unwrap();
+        one.check_connections(None, "--pool-size").unwrap();
     }
 }

@@ -51,7 +51,7 @@ mod registry;
 mod report;
 mod shared;
 
-pub use config::{WORKER_CONNECTIONS, WorkerConfig};
+pub use config::{POOL_SETTING, WORKER_CONNECTIONS, WorkerConfig};
 pub use handle::WorkerHandle;
 pub(crate) use pipeline::write_retrying;
 pub use protocol::{MAX_CLAIM, MIN_LEASE_MS, ProtocolClaim, WorkerProtocol};
