@@ -10,8 +10,11 @@
 //! leaves out: idem's databases are WAL from their first open, and WAL is kept in the
 //! file).
 
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use idem_store::{StoreError, StoreResult};
 use rusqlite::{Connection, OpenFlags};
@@ -147,7 +150,7 @@ impl Target {
     }
 
     fn configure(&self, c: &Connection) -> rusqlite::Result<()> {
-        c.busy_timeout(self.busy_timeout)?;
+        busy_handler(c, self.busy_timeout)?;
         c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         let synchronous = match self.durability {
             Durability::Full => "FULL",
@@ -171,6 +174,71 @@ impl Target {
             other => other,
         }
     }
+}
+
+/// While another connection holds the write lock, try again this often at first
+/// (`BUSY_FINE_FOR`; a commit usually ends within it), then every `BUSY_COARSE_STEP`.
+const BUSY_FINE_STEP: Duration = Duration::from_micros(50);
+const BUSY_FINE_FOR: Duration = Duration::from_millis(10);
+const BUSY_COARSE_STEP: Duration = Duration::from_millis(1);
+
+/// Waits for a write lock held elsewhere for at most `timeout`, trying again on the
+/// schedule above. SQLite's own handler sleeps 1, 2, 5, 10, … 100 ms between tries, so
+/// a lock released just after a try cost the waiter up to 100 ms: the tail of
+/// enqueue-to-start latency between two processes (docs/performance.md, 2026-12-02).
+fn busy_handler(c: &Connection, timeout: Duration) -> rusqlite::Result<()> {
+    // The limit travels as the handler's argument, in milliseconds: no allocation to free.
+    let ms = usize::try_from(timeout.as_millis()).unwrap_or(usize::MAX);
+    // SAFETY: the handle is this open connection's; the callback only reads its argument
+    // as an integer and touches no SQLite state.
+    let rc = unsafe {
+        rusqlite::ffi::sqlite3_busy_handler(c.handle(), Some(busy_wait), ms as *mut c_void)
+    };
+    match rc {
+        rusqlite::ffi::SQLITE_OK => Ok(()),
+        code => Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(code),
+            Some("cannot install the busy handler".into()),
+        )),
+    }
+}
+
+/// Waits begun by [`busy_wait`] in this process.
+static BUSY_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times a connection of this process has found the write lock held by another
+/// connection and begun to wait for it, since the process started.
+pub fn busy_waits() -> u64 {
+    BUSY_WAITS.load(Ordering::Relaxed)
+}
+
+/// SQLite's busy callback: `count` tries so far in this wait, `limit_ms` the timeout.
+/// Returns 0 to give up (the statement fails `SQLITE_BUSY`), non-zero to try again. One
+/// wait runs on one thread within one call into SQLite, so its start is kept per thread.
+extern "C" fn busy_wait(limit_ms: *mut c_void, count: c_int) -> c_int {
+    thread_local! {
+        static SINCE: Cell<Option<Instant>> = const { Cell::new(None) };
+    }
+    let now = Instant::now();
+    let since = match count {
+        0 => {
+            BUSY_WAITS.fetch_add(1, Ordering::Relaxed);
+            SINCE.set(Some(now));
+            now
+        }
+        _ => SINCE.get().unwrap_or(now),
+    };
+    let limit = Duration::from_millis(limit_ms as usize as u64);
+    let waited = now.saturating_duration_since(since);
+    if waited >= limit {
+        return 0;
+    }
+    let step = match waited < BUSY_FINE_FOR {
+        true => BUSY_FINE_STEP,
+        false => BUSY_COARSE_STEP,
+    };
+    std::thread::sleep(step.min(limit - waited));
+    1
 }
 
 /// Turns off SQLite's count of the memory it allocates (`SQLITE_CONFIG_MEMSTATUS`), which

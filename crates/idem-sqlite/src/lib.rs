@@ -63,7 +63,7 @@ use tokio::sync::Mutex;
 
 pub use connect::{
     DEFAULT_BUSY_TIMEOUT, DEFAULT_GROUP_COMMIT_MAX, DEFAULT_GROUP_COMMIT_WINDOW, DEFAULT_READERS,
-    Durability, SqliteOptions,
+    Durability, SqliteOptions, busy_waits,
 };
 pub use error::interpret_error;
 pub use rusqlite;
