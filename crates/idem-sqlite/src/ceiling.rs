@@ -210,7 +210,7 @@ pub fn bulk(
             queue,
             args,
             priority: 0,
-            state: "available",
+            state: idem_store::JobState::Available,
             max_attempts: 25,
             run_at: now,
             created_at: now,

@@ -9,9 +9,9 @@
 use std::sync::OnceLock;
 
 use idem_store::{
-    AttemptOutcome, Completed, InsertClaim, Inserted, JobCancel, JobClaim, JobComplete,
-    JobCompleteMany, JobDiscard, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue,
-    JobRetry, JobRow, JobState, LeaseRenewal, StoreError, StoreResult,
+    AttemptOutcome, Completed, Inserted, JobCancel, JobClaim, JobComplete, JobCompleteMany,
+    JobDiscard, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow,
+    JobState, LeaseRenewal, StoreError, StoreResult,
 };
 use rusqlite::{Connection, ToSql, params};
 
@@ -82,70 +82,51 @@ pub(crate) fn insert(c: &Connection, p: JobInsert) -> StoreResult<Vec<JobRow>> {
         .prepare_cached(include_str!("../../queries/job/next_id.sql"))
         .and_then(|mut s| s.query_row([], |r| r.get(0)))
         .map_err(interpret_error)?;
+    let args = p
+        .jobs
+        .iter()
+        .map(|j| serde_json::to_string(&j.args))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| StoreError::Invalid(format!("cannot encode a job's args: {e}")))?;
     let mut paused: Vec<(&str, bool)> = Vec::new();
-    let mut planned = Vec::with_capacity(p.jobs.len());
-    for (n, j) in (1..).zip(&p.jobs) {
+    let mut values = Vec::with_capacity(p.jobs.len());
+    for ((id, j), args) in (next_id + 1..).zip(&p.jobs).zip(&args) {
         let claim = match &j.claim {
-            None => None,
-            Some(claim) => {
-                let is_paused = match paused.iter().find(|(q, _)| *q == j.queue) {
-                    Some(&(_, known)) => known,
-                    None => {
-                        let known = queue_paused(c, &j.queue)?;
-                        paused.push((&j.queue, known));
-                        known
-                    }
-                };
-                (!is_paused).then_some(claim)
-            }
+            Some(claim) if !known_paused(c, &mut paused, &j.queue)? => Some(claim),
+            _ => None,
         };
         let run_at = j.run_at.map_or(now, ts_to_ms);
-        planned.push(Planned {
-            id: next_id + n,
-            args: serde_json::to_string(&j.args)
-                .map_err(|e| StoreError::Invalid(format!("cannot encode a job's args: {e}")))?,
+        values.push(JobValues {
+            id,
+            kind: &j.kind,
+            queue: &j.queue,
+            args,
+            priority: j.priority,
             state: match claim {
                 Some(_) => JobState::Running,
                 None if run_at > now => JobState::Scheduled,
                 None => JobState::Available,
             },
-            run_at,
-            claim,
-        });
-    }
-    let values: Vec<JobValues<'_>> = p
-        .jobs
-        .iter()
-        .zip(&planned)
-        .map(|(j, plan)| JobValues {
-            id: plan.id,
-            kind: &j.kind,
-            queue: &j.queue,
-            args: &plan.args,
-            priority: j.priority,
-            state: plan.state.as_str(),
             max_attempts: j.max_attempts,
-            run_at: plan.run_at,
+            run_at,
             created_at: now,
-            lease: plan
-                .claim
-                .map(|c| (c.worker.as_str(), now, now + c.lease_ms)),
+            lease: claim.map(|c| (c.worker.as_str(), now, now + c.lease_ms)),
             enqueue_key: j.enqueue_key.as_deref(),
             principal: j.principal.as_deref(),
             batch_id: j.batch_id,
             follows_job: j.follows_job,
             follows_batch: j.follows_batch,
             trace_parent: j.trace_parent.as_deref(),
-        })
-        .collect();
+        });
+    }
     insert_rows(c, &values)?;
-    let inserted = planned
+    let inserted = values
         .iter()
-        .map(|plan| {
+        .map(|v| {
             Ok(Inserted {
-                id: plan.id,
-                state: plan.state,
-                run_at: row::ms_to_ts(plan.run_at)?,
+                id: v.id,
+                state: v.state,
+                run_at: row::ms_to_ts(v.run_at)?,
                 created_at: row::ms_to_ts(now)?,
             })
         })
@@ -160,7 +141,7 @@ pub(crate) struct JobValues<'a> {
     pub queue: &'a str,
     pub args: &'a str,
     pub priority: i16,
-    pub state: &'static str,
+    pub state: JobState,
     pub max_attempts: i32,
     pub run_at: i64,
     pub created_at: i64,
@@ -195,7 +176,7 @@ pub(crate) fn insert_rows(c: &Connection, rows: &[JobValues<'_>]) -> StoreResult
                     &v.queue,
                     &v.args,
                     &v.priority,
-                    &v.state,
+                    &v.state.as_str(),
                     &v.max_attempts,
                     &v.run_at,
                     &v.created_at,
@@ -223,20 +204,22 @@ pub(crate) fn insert_rows(c: &Connection, rows: &[JobValues<'_>]) -> StoreResult
     Ok(())
 }
 
-/// One job of an insert as the store chose it.
-struct Planned<'a> {
-    id: i64,
-    args: String,
-    state: JobState,
-    run_at: i64,
-    claim: Option<&'a InsertClaim>,
-}
-
-/// Whether `queue` is paused (a claimed insert into it goes in unclaimed).
-fn queue_paused(c: &Connection, queue: &str) -> StoreResult<bool> {
-    c.prepare_cached(include_str!("../../queries/queue/is_paused.sql"))
+/// Whether `queue` is paused (a claimed insert into it goes in unclaimed), read once per
+/// queue of an insert and remembered in `known`.
+fn known_paused<'q>(
+    c: &Connection,
+    known: &mut Vec<(&'q str, bool)>,
+    queue: &'q str,
+) -> StoreResult<bool> {
+    if let Some(&(_, paused)) = known.iter().find(|(q, _)| *q == queue) {
+        return Ok(paused);
+    }
+    let paused = c
+        .prepare_cached(include_str!("../../queries/queue/is_paused.sql"))
         .and_then(|mut s| s.query_row([queue], |r| r.get(0)))
-        .map_err(interpret_error)
+        .map_err(interpret_error)?;
+    known.push((queue, paused));
+    Ok(paused)
 }
 
 pub(crate) fn claim(c: &Connection, p: &JobClaim) -> StoreResult<Vec<JobRow>> {
