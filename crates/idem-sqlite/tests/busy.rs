@@ -41,7 +41,14 @@ async fn write(store: &SqliteStore, x: i64) -> idem_store::StoreResult<()> {
     tx.commit().await
 }
 
+// One test, in sequence: the count of waits is process-wide, so a second test waiting in
+// parallel could let the release below happen before this write began to wait.
 #[tokio::test]
+async fn a_write_waits_for_a_lock_held_elsewhere_and_fails_busy_only_after_the_timeout() {
+    a_write_fails_busy_only_after_the_busy_timeout().await;
+    a_waiting_write_goes_on_when_the_lock_is_released().await;
+}
+
 async fn a_write_fails_busy_only_after_the_busy_timeout() {
     let dir = tempfile::tempdir().expect("dir");
     let timeout = Duration::from_millis(300);
@@ -65,7 +72,6 @@ async fn a_write_fails_busy_only_after_the_busy_timeout() {
     store.close().await;
 }
 
-#[tokio::test]
 async fn a_waiting_write_goes_on_when_the_lock_is_released() {
     let dir = tempfile::tempdir().expect("dir");
     let store = store(&dir, Duration::from_secs(60)).await;
