@@ -440,3 +440,80 @@ fn search_path_goes_into_the_query_string() {
         "postgres://u@h/db?sslmode=disable&options=-c%20search_path%3Ds"
     );
 }
+
+/// Every TCP connection this process holds to the server has `TCP_NODELAY` set. Without
+/// it (sqlx 0.9.0), a new connection's TLS handshake made two small writes in a row
+/// twice, and each second write waited for the server's delayed ACK: about 90 ms per new
+/// connection, the maximum of every PostgreSQL latency run (docs/performance.md,
+/// "PostgreSQL latency outliers (2026-12-03)"). Skipped over a Unix socket.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn connections_to_the_server_disable_nagle() {
+    let Some(url) = test_url() else { return };
+    let store = PgStore::connect(&url, PgOptions::default()).await.unwrap();
+    let mut conn = store.pool().acquire().await.unwrap();
+    sqlx::query("SELECT 1").execute(&mut *conn).await.unwrap();
+    let port = connect::connect_options(&url).unwrap().get_port();
+    let sockets = tcp_sockets_to(port);
+    if sockets.is_empty() {
+        eprintln!("no TCP connection to port {port} (a Unix socket?): nothing to check");
+        return;
+    }
+    for (fd, nodelay) in sockets {
+        assert!(nodelay, "the connection on fd {fd} has TCP_NODELAY off");
+    }
+}
+
+/// This process's TCP sockets whose peer port is `port`, each with whether
+/// `TCP_NODELAY` is set.
+#[cfg(target_os = "linux")]
+fn tcp_sockets_to(port: u16) -> Vec<(i32, bool)> {
+    let fds = std::fs::read_dir("/proc/self/fd").unwrap();
+    let fds = fds.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok());
+    fds.filter(|fd| peer_port(*fd) == Some(port))
+        .filter_map(|fd| Some((fd, tcp_nodelay(fd)?)))
+        .collect()
+}
+
+/// The peer port of socket `fd` when it is an IPv4 or IPv6 socket with a peer.
+#[cfg(target_os = "linux")]
+fn peer_port(fd: i32) -> Option<u16> {
+    // SAFETY: `addr` is a zeroed `sockaddr_storage` and `len` its size; getpeername
+    // writes at most `len` bytes and fails harmlessly on a descriptor that is no socket.
+    let (addr, ok) = unsafe {
+        let mut addr: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        let ok = libc::getpeername(fd, (&raw mut addr).cast(), &mut len) == 0;
+        (addr, ok)
+    };
+    match (ok, i32::from(addr.ss_family)) {
+        // SAFETY: the family says which address type the storage holds.
+        (true, libc::AF_INET) => {
+            let a: libc::sockaddr_in = unsafe { std::mem::transmute_copy(&addr) };
+            Some(u16::from_be(a.sin_port))
+        }
+        (true, libc::AF_INET6) => {
+            let a: libc::sockaddr_in6 = unsafe { std::mem::transmute_copy(&addr) };
+            Some(u16::from_be(a.sin6_port))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `TCP_NODELAY` is set on socket `fd`; `None` if it cannot be read.
+#[cfg(target_os = "linux")]
+fn tcp_nodelay(fd: i32) -> Option<bool> {
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `on` and `len` are valid for the size given.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&raw mut on).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(on != 0)
+}

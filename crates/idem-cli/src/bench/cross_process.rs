@@ -4,8 +4,13 @@
 //! between processes (PostgreSQL's LISTEN/NOTIFY, SQLite's wake-up sockets); the
 //! producer is this same executable (`idem bench-producer`, hidden), enqueueing one job
 //! per call at the offered rate. Each job carries the wall-clock time of its enqueue
-//! call (the processes share no `Instant`), and the handler records how long after it
-//! it started.
+//! call (the processes share no `Instant`) and its number in enqueue order, and the
+//! handler records how long after it it started.
+//!
+//! Both latency scenarios report the jobs of the first [`WARM_UP`] apart: those find the
+//! pools without connections and the worker still starting, a cost a process pays once
+//! (docs/performance.md, "PostgreSQL latency outliers (2026-12-03)"). The percentiles
+//! are of the jobs after it; the warm-up's maximum is a figure of its own.
 
 use std::process::{ExitCode, Stdio};
 use std::sync::{Arc, Mutex};
@@ -25,6 +30,8 @@ const QUEUE: &str = "latency-remote";
 const CONCURRENCY: usize = 50;
 /// How long the jobs may take to start after the producer is done; only a hang reaches it.
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+/// The start of a latency run whose jobs are reported apart from the percentiles.
+pub(super) const WARM_UP: Duration = Duration::from_millis(250);
 
 /// Arguments of `idem bench-producer`, the producer process of `latency-remote`.
 #[derive(Args)]
@@ -61,7 +68,8 @@ pub(super) async fn enqueue_paced(
     let base = Instant::now();
     for i in 0..u64::from(rate) * seconds {
         tokio::time::sleep_until((base + period.mul_f64(i as f64)).into()).await;
-        let job = Job::new(KIND, serde_json::json!({ "sent_ns": wall_ns() })).queue(queue);
+        let args = serde_json::json!({ "sent_ns": wall_ns(), "n": i });
+        let job = Job::new(KIND, args).queue(queue);
         idem.enqueue(job).await?;
     }
     Ok(())
@@ -77,18 +85,28 @@ fn wall_ns() -> u64 {
 #[derive(serde::Deserialize)]
 pub(super) struct Sent {
     sent_ns: u64,
+    /// The job's number in enqueue order, from 0.
+    n: u64,
 }
 
-/// Records, in microseconds, how long after its enqueue call each job started.
+/// One job's start: its number in enqueue order, and how long after its enqueue call it
+/// started (microseconds).
+#[derive(Clone, Copy)]
+pub(super) struct Start {
+    n: u64,
+    waited_us: u64,
+}
+
+/// Records how long after its enqueue call each job started.
 pub(super) struct Timed {
-    samples: Arc<Mutex<Vec<u64>>>,
+    samples: Arc<Mutex<Vec<Start>>>,
     total: usize,
     all: Arc<Notify>,
 }
 
 /// What a [`Timed`] handler recorded, once all its jobs started.
 pub(super) struct Recorded {
-    samples: Arc<Mutex<Vec<u64>>>,
+    samples: Arc<Mutex<Vec<Start>>>,
     all: Arc<Notify>,
 }
 
@@ -110,8 +128,8 @@ impl Timed {
 }
 
 impl Recorded {
-    /// Every job's latency (microseconds) once all started; an error after `limit`.
-    pub(super) async fn all_started(&self, limit: Duration) -> anyhow::Result<Vec<u64>> {
+    /// Every job's start once all started; an error after `limit`.
+    pub(super) async fn all_started(&self, limit: Duration) -> anyhow::Result<Vec<Start>> {
         tokio::time::timeout(limit, self.all.notified())
             .await
             .context("the latency jobs did not all start")?;
@@ -125,9 +143,12 @@ impl Handler for Timed {
     type Args = Sent;
 
     async fn run(&self, _: &mut JobContext, args: Sent) -> Result<(), JobError> {
-        let waited = wall_ns().saturating_sub(args.sent_ns) / 1_000;
+        let waited_us = wall_ns().saturating_sub(args.sent_ns) / 1_000;
         let mut s = self.samples.lock().expect("samples lock");
-        s.push(waited);
+        s.push(Start {
+            n: args.n,
+            waited_us,
+        });
         if s.len() == self.total {
             self.all.notify_one();
         }
@@ -162,7 +183,12 @@ pub(super) async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Fi
          handler's start; the worker polls every {poll:?}",
         args.rate
     );
-    Ok(percentiles(Scenario::LatencyRemote, samples?, &note))
+    Ok(percentiles(
+        Scenario::LatencyRemote,
+        samples?,
+        args.rate,
+        &note,
+    ))
 }
 
 /// `idem bench-producer` on `url` with the scenario's rate and length.
@@ -183,18 +209,78 @@ fn producer(url: &str, args: &BenchArgs) -> anyhow::Result<tokio::process::Child
     cmd.spawn().context("cannot start the producer process")
 }
 
-/// p50, p95, p99 and max of `samples` (microseconds), in milliseconds.
-pub(super) fn percentiles(scenario: Scenario, mut s: Vec<u64>, note: &str) -> Vec<Figure> {
+/// p50, p95, p99 and max, in milliseconds, of the jobs after the warm-up (the jobs
+/// enqueued in the first [`WARM_UP`] at `rate` jobs/s, at most all but one), and the
+/// warm-up's own maximum.
+pub(super) fn percentiles(
+    scenario: Scenario,
+    mut starts: Vec<Start>,
+    rate: u32,
+    note: &str,
+) -> Vec<Figure> {
+    starts.sort_unstable_by_key(|s| s.n);
+    let warm = warm_up_jobs(rate, starts.len());
+    let ms = |us: u64| us as f64 / 1_000.0;
+    let warm_max = starts[..warm].iter().map(|s| s.waited_us).max();
+    let mut s: Vec<u64> = starts[warm..].iter().map(|s| s.waited_us).collect();
     s.sort_unstable();
-    let pick =
-        |q: f64| s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1] as f64 / 1_000.0;
-    [("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]
+    let pick = |q: f64| ms(s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1]);
+    let note = format!(
+        "{note}; percentiles of the jobs after the first {warm} (the first {:?}: new \
+         connections, the worker starting), whose max is the warm-up figure",
+        WARM_UP
+    );
+    let steady = [("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)]
         .into_iter()
-        .map(|(name, q)| {
-            let metric = format!("enqueue-to-start {name}");
-            let mut f = figure(scenario, &metric, pick(q), "ms");
-            f.note = note.to_owned();
+        .map(|(name, q)| (format!("enqueue-to-start {name}"), pick(q)));
+    let warm_up = warm_max.map(|m| ("enqueue-to-start max, warm-up".to_owned(), ms(m)));
+    steady
+        .chain(warm_up)
+        .map(|(metric, value)| {
+            let mut f = figure(scenario, &metric, value, "ms");
+            f.note = note.clone();
             f
         })
         .collect()
+}
+
+/// How many of `total` jobs offered at `rate` jobs/s fall in the [`WARM_UP`]: at least
+/// one when there are two jobs or more, and never the last.
+fn warm_up_jobs(rate: u32, total: usize) -> usize {
+    let warm = (f64::from(rate) * WARM_UP.as_secs_f64()).ceil() as usize;
+    warm.max(1).min(total.saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(n: u64, waited_us: u64) -> Start {
+        Start { n, waited_us }
+    }
+
+    #[test]
+    fn the_warm_up_is_reported_apart_from_the_percentiles() {
+        // 8 jobs/s: the first 2 jobs are the warm-up; they started last.
+        let mut starts: Vec<Start> = (2..10).map(|n| start(n, 1_000 + n)).collect();
+        starts.extend([start(1, 90_000), start(0, 95_000)]);
+        let figures = percentiles(Scenario::Latency, starts, 8, "note");
+        let value = |m: &str| figures.iter().find(|f| f.metric == m).unwrap().value;
+        assert_eq!(value("enqueue-to-start max"), 1.009);
+        assert_eq!(value("enqueue-to-start p50"), 1.005);
+        assert_eq!(value("enqueue-to-start max, warm-up"), 95.0);
+        assert!(
+            figures[0].note.contains("after the first 2"),
+            "{}",
+            figures[0].note
+        );
+    }
+
+    #[test]
+    fn a_short_run_keeps_a_job_after_the_warm_up() {
+        assert_eq!(warm_up_jobs(200, 1_000), 50);
+        assert_eq!(warm_up_jobs(50, 50), 13);
+        assert_eq!(warm_up_jobs(1, 1), 0);
+        assert_eq!(warm_up_jobs(1_000, 2), 1);
+    }
 }

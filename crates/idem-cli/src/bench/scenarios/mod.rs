@@ -288,7 +288,7 @@ async fn latency(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> 
          by local dispatch",
         args.rate
     );
-    Ok(percentiles(Scenario::Latency, samples, &note))
+    Ok(percentiles(Scenario::Latency, samples, args.rate, &note))
 }
 
 /// Holds every job until released.
