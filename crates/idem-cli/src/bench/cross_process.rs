@@ -31,7 +31,7 @@ const CONCURRENCY: usize = 50;
 /// How long the jobs may take to start after the producer is done; only a hang reaches it.
 const DRAIN_LIMIT: Duration = Duration::from_secs(60);
 /// The start of a latency run whose jobs are reported apart from the percentiles.
-pub(super) const WARM_UP: Duration = Duration::from_millis(250);
+const WARM_UP: Duration = Duration::from_millis(250);
 
 /// Arguments of `idem bench-producer`, the producer process of `latency-remote`.
 #[derive(Args)]
