@@ -25,6 +25,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0012_batch.sql"),
         include_str!("../migrations/0013_queue_pause.sql"),
         include_str!("../migrations/0014_job_trace.sql"),
+        include_str!("../migrations/0015_state_checks.sql"),
     ])
 }
 
@@ -87,4 +88,151 @@ pub(crate) fn status(c: &Connection) -> StoreResult<SchemaStatus> {
         });
     }
     Ok(SchemaStatus::of(recorded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database holding this build's first `n` migrations, recorded as applied.
+    fn migrated_upto(n: usize) -> Connection {
+        let c = Connection::open_in_memory().expect("in-memory database");
+        c.execute_batch(include_str!("../migrations/0000_migration_table.sql"))
+            .expect("migration table");
+        for m in migrations().iter().take(n) {
+            c.execute_batch(m.sql).expect(m.name);
+            c.execute(
+                include_str!("../queries/migration/record.sql"),
+                rusqlite::params![m.version, m.name],
+            )
+            .expect("recorded");
+        }
+        c
+    }
+
+    /// Column `col` of every row of `sql`, run with its parameters unbound (NULL).
+    fn column(c: &Connection, sql: &str, col: usize) -> Vec<String> {
+        let mut stmt = c.prepare(sql).expect(sql);
+        let mut rows = stmt.raw_query();
+        let mut out = Vec::new();
+        while let Some(row) = rows.next().expect("a row") {
+            out.push(row.get::<_, String>(col).expect("text"));
+        }
+        out
+    }
+
+    fn plan(c: &Connection, sql: &str) -> String {
+        column(c, &format!("EXPLAIN QUERY PLAN {sql}"), 3).join("\n")
+    }
+
+    /// The opcodes SQLite compiled `sql` into.
+    fn opcodes(c: &Connection, sql: &str) -> Vec<String> {
+        column(c, &format!("EXPLAIN {sql}"), 1)
+    }
+
+    #[test]
+    fn the_claim_and_the_waiting_count_read_the_claim_index() {
+        let c = migrated_upto(COUNT);
+        for sql in [
+            include_str!("../queries/job/claim.sql"),
+            include_str!("../queries/queue/waiting.sql"),
+        ] {
+            let plan = plan(&c, sql);
+            assert!(plan.contains("idem_job_claim"), "{plan}");
+        }
+    }
+
+    /// SQLite builds a temporary b-tree for an IN list of three or more constants on each
+    /// execution; the statements that touch one job at a time must not pay for one.
+    #[test]
+    fn single_job_writes_build_no_temporary_table() {
+        let c = migrated_upto(COUNT);
+        let insert = format!(
+            "{}{}",
+            include_str!("../queries/job/insert.sql"),
+            include_str!("../queries/job/insert_values.sql")
+        );
+        for sql in [
+            insert.as_str(),
+            include_str!("../queries/job/complete.sql"),
+            include_str!("../queries/job_attempt/insert.sql"),
+        ] {
+            let ops = opcodes(&c, sql);
+            assert!(!ops.iter().any(|o| o == "OpenEphemeral"), "{sql}\n{ops:?}");
+        }
+    }
+
+    #[test]
+    fn the_state_checks_keep_every_row_and_the_id_high_water_mark() {
+        let c = migrated_upto(COUNT - 1);
+        c.execute_batch(
+            "INSERT INTO idem_job (kind, queue, args, state, max_attempts, run_at, created_at)
+             VALUES ('k', 'q', '{}', 'available', 3, 1, 1),
+                    ('k', 'q', '[1]', 'dead', 3, 2, 2),
+                    ('k', 'q', '{}', 'completed', 3, 3, 3);
+             INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, finished_at)
+             VALUES (2, 1, 1, 'dead', 5), (3, 1, 1, 'completed', 6);
+             DELETE FROM idem_job WHERE id = 3;",
+        )
+        .expect("an older database's rows");
+        let dump = |c: &Connection| {
+            let mut s = c
+                .prepare(
+                    "SELECT j.id, j.args, j.state, a.outcome FROM idem_job AS j
+                     LEFT JOIN idem_job_attempt AS a ON a.job_id = j.id ORDER BY j.id",
+                )
+                .expect("dump");
+            let rows = s
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, Option<String>>(3)?,
+                    ))
+                })
+                .expect("rows");
+            rows.map(|r| r.expect("row")).collect::<Vec<_>>()
+        };
+        let before = dump(&c);
+        c.execute_batch("BEGIN IMMEDIATE").expect("begin");
+        assert_eq!(run(&c).expect("migrated"), 1);
+        c.execute_batch("COMMIT").expect("commit");
+        assert_eq!(dump(&c), before);
+
+        // Job 3 was purged: its id is never handed out again.
+        let id: i64 = c
+            .query_row(
+                "INSERT INTO idem_job (kind, queue, args, state, max_attempts, run_at, created_at)
+                 VALUES ('k', 'q', '{}', 'available', 3, 4, 4) RETURNING id",
+                [],
+                |r| r.get(0),
+            )
+            .expect("a new job");
+        assert_eq!(id, 4);
+
+        let bad_state = c.execute(
+            "INSERT INTO idem_job (kind, queue, args, state, max_attempts, run_at, created_at)
+             VALUES ('k', 'q', '{}', 'Available', 3, 4, 4)",
+            [],
+        );
+        assert!(bad_state.is_err(), "a state outside the list is refused");
+        let bad_outcome = c.execute(
+            "INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, finished_at)
+             VALUES (1, 1, 1, 'done', 7)",
+            [],
+        );
+        assert!(
+            bad_outcome.is_err(),
+            "an outcome outside the list is refused"
+        );
+        let indexes: i64 = c
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'idem_job'",
+                [],
+                |r| r.get(0),
+            )
+            .expect("indexes");
+        assert_eq!(indexes, 5, "claim, lease, state, finalized and batch");
+    }
 }

@@ -6,7 +6,8 @@
 -- of a bound parameter per candidate). Nothing while queue ?1 is paused (a row in
 -- idem_queue_pause; enqueues into it go on).
 -- SQLite dialect: the single writer (BEGIN IMMEDIATE) serialises claims, so no SKIP LOCKED;
--- the outer state predicate mirrors PostgreSQL's.
+-- the outer state predicate mirrors PostgreSQL's. The states are compared one by one, as
+-- in the claim index's predicate (migration 0015), which the inner WHERE must imply.
 UPDATE idem_job
 SET state = 'running',
     attempt = attempt + 1,
@@ -17,7 +18,7 @@ SET state = 'running',
 WHERE id IN (
     SELECT id FROM idem_job
     WHERE queue = ?1
-      AND state IN ('available', 'scheduled', 'retryable')
+      AND (state = 'available' OR state = 'scheduled' OR state = 'retryable')
       AND run_at <= coalesce(?5, CAST(unixepoch('subsec') * 1000 AS INTEGER))
       AND (?6 IS NULL OR kind IN (SELECT value FROM json_each(?6)))
       AND (?7 IS NULL OR principal = ?7)
@@ -25,5 +26,5 @@ WHERE id IN (
     ORDER BY priority, run_at, id
     LIMIT ?2
 )
-  AND state IN ('available', 'scheduled', 'retryable')
+  AND (state = 'available' OR state = 'scheduled' OR state = 'retryable')
 RETURNING *
