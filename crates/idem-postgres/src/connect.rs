@@ -23,6 +23,20 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 20;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most connections of the pool that runs claims (see [`CLAIM_PLANNER`]).
 pub const CLAIM_CONNECTIONS: u32 = 4;
+/// Most connections of the engine's pool, which runs its other one-statement operations
+/// (insert, heartbeat, and the first statement of a completion or failure) with
+/// [`GENERIC_PLANS`]: a worker's two completion flushes and heartbeat, and enqueues from
+/// its process.
+pub const ENGINE_CONNECTIONS: u32 = 8;
+/// Session settings of the claim and engine pools that make each of their prepared
+/// statements use one generic plan. Under PostgreSQL's default (`auto`) the claim, the
+/// insert and complete-many (whose arrays' lengths a custom plan sees) were planned
+/// afresh on every execution: 0.4–0.9 ms of a single enqueue's 1.3 ms (measured in
+/// `docs/performance.md`). These statements have the same best plan for any parameters
+/// (claims walk the claim index, the rest go by primary key); the main pool keeps
+/// `auto`, which the caller's queries and the listings (whose partial indexes a
+/// parameter may select) need.
+pub const GENERIC_PLANS: [(&str, &str); 1] = [("plan_cache_mode", "force_generic_plan")];
 /// Planner settings of the connections that run claims. A claim must walk the claim index
 /// in claim order and stop after `limit` rows; with statistics that no longer describe
 /// the table (it filled faster than autoanalyze, or most of it is finished history), the

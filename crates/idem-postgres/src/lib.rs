@@ -1,8 +1,10 @@
 //! The PostgreSQL store of idem, for production (`postgres://…`), with workers on any
 //! number of hosts.
 //!
-//! Two connection pools: the main one, and a small one for claims whose sessions carry
-//! [`CLAIM_PLANNER`]. Every operation runs in a READ COMMITTED transaction; those of one
+//! Three connection pools: the main one; a small one for claims, whose sessions carry
+//! [`CLAIM_PLANNER`] and [`GENERIC_PLANS`]; and a small one for the engine's other
+//! one-statement operations (insert, heartbeat, the first statement of a completion or
+//! failure), whose sessions carry [`GENERIC_PLANS`]. Every operation runs in a READ COMMITTED transaction; those of one
 //! statement run straight on a pool, each statement its own transaction. Concurrent
 //! claims and rescues lock their candidates with `FOR UPDATE SKIP LOCKED`, and an effect
 //! transaction holds a key-share lock on its job from the fence check (`job/lock.sql`) to
@@ -44,8 +46,8 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 pub use connect::{
     BEGIN, CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_OPERATOR_LOCK_TIMEOUT, MAX_SCHEMA_LEN, PgOptions, SESSION, redact,
-    url_with_search_path,
+    DEFAULT_OPERATOR_LOCK_TIMEOUT, ENGINE_CONNECTIONS, GENERIC_PLANS, MAX_SCHEMA_LEN, PgOptions,
+    SESSION, redact, url_with_search_path,
 };
 pub use error::interpret_error;
 pub use tx::PgTx;
@@ -54,8 +56,11 @@ pub use tx::PgTx;
 #[derive(Debug, Clone)]
 pub struct PgStore {
     pool: PgPool,
-    /// Connections with [`CLAIM_PLANNER`], for claims only.
+    /// Connections with [`CLAIM_PLANNER`] and [`GENERIC_PLANS`], for claims only.
     claims: PgPool,
+    /// Connections with [`GENERIC_PLANS`], for the engine's other one-statement
+    /// operations only (never a caller's query).
+    engine: PgPool,
     /// [`PgOptions::operator_lock_timeout`].
     operator_lock_timeout: std::time::Duration,
     /// [`PgOptions::max_connections`].
@@ -114,12 +119,20 @@ impl PgStore {
         };
         let claims = pool_of(
             options.max_connections.min(CLAIM_CONNECTIONS),
-            connect.clone().options(CLAIM_PLANNER),
+            connect
+                .clone()
+                .options(CLAIM_PLANNER)
+                .options(GENERIC_PLANS),
+        );
+        let engine = pool_of(
+            options.max_connections.min(ENGINE_CONNECTIONS),
+            connect.clone().options(GENERIC_PLANS),
         );
         let pool = pool_of(options.max_connections, connect);
         Ok(PgStore {
             pool,
             claims,
+            engine,
             operator_lock_timeout: options.operator_lock_timeout,
             max_connections: options.max_connections,
         })
@@ -237,6 +250,7 @@ impl Store for PgStore {
 
     async fn close(&self) {
         self.claims.close().await;
+        self.engine.close().await;
         self.pool.close().await;
     }
 
@@ -256,11 +270,13 @@ impl Store for PgStore {
         notify::subscribe(&self.pool).await.map(Some)
     }
 
-    // The one-statement operations run straight on the pool: the statement is its own
-    // transaction, one round trip instead of three.
+    // The one-statement operations run straight on a pool: the statement is its own
+    // transaction, one round trip instead of three. The engine's own (insert, heartbeat,
+    // the first statement of a completion or failure) on the engine's pool, claims on
+    // theirs.
 
     async fn job_insert_rows(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
-        ops::job::insert(&self.pool, p).await
+        ops::job::insert(&self.engine, p).await
     }
 
     async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
@@ -295,7 +311,7 @@ impl Store for PgStore {
     }
 
     async fn job_heartbeat(&self, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
-        ops::job::heartbeat(&self.pool, p).await
+        ops::job::heartbeat(&self.engine, p).await
     }
 
     // Completions and failures of jobs outside batches are one statement each; what that
@@ -303,17 +319,17 @@ impl Store for PgStore {
     // again) goes through a transaction that counts the batch (`StoreTx`'s methods).
 
     async fn job_complete_many(&self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        let done = ops::job::complete_many(&self.pool, p.clone(), false).await?;
+        let done = ops::job::complete_many(&self.engine, p.clone(), false).await?;
         fast_path::complete_many_rest(self, p, done).await
     }
 
     async fn job_complete(&self, p: JobComplete) -> StoreResult<JobRow> {
-        let first = ops::job::complete(&self.pool, p.clone(), false).await;
+        let first = ops::job::complete(&self.engine, p.clone(), false).await;
         fast_path::complete_rest(self, p, first).await
     }
 
     async fn job_fail(&self, p: JobFail) -> StoreResult<JobRow> {
-        let first = ops::job::fail(&self.pool, p.clone(), false).await;
+        let first = ops::job::fail(&self.engine, p.clone(), false).await;
         fast_path::fail_rest(self, p, first).await
     }
 

@@ -159,8 +159,9 @@ async fn smoke_lifecycle() {
 /// With no statistics about a large backlog waiting (a table that filled faster than
 /// autoanalyze), a
 /// claim still walks the claim index in order and stops at its limit: no bitmap scan, no
-/// sort of the backlog (see [`CLAIM_PLANNER`]). Checked on the claim pool's own
-/// connections, with the claim statement as the store sends it.
+/// sort of the backlog (see [`CLAIM_PLANNER`]). Checked on the engine pool's own
+/// connections, with the claim statement as the store sends it, planned for the bound
+/// values and as the one generic plan those connections use (see [`GENERIC_PLANS`]).
 async fn claims_walk_the_claim_index(store: &PgStore) {
     // As in a table that filled faster than autoanalyze: no statistics at all.
     sqlx::query("ALTER TABLE idem_job SET (autovacuum_enabled = false)")
@@ -211,20 +212,73 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
         assert!(plan.contains("Index Scan using idem_job_claim"), "{plan}");
         assert!(!plan.contains("Bitmap") && !plan.contains("Sort"), "{plan}");
     }
-    for (name, value) in CLAIM_PLANNER {
-        let shown: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SHOW {name}")))
-            .fetch_one(&store.claims)
-            .await
-            .unwrap();
+    // The generic plans, which these connections use for every execution: the claim on
+    // the claim pool, and complete-many on the engine pool, whose sessions keep sorts
+    // (under the claim planner's settings its generic plan walked the whole primary key).
+    let claim = generic_plan(
+        &store.claims,
+        include_str!("../queries/job/claim.sql"),
+        "'backlog', 500, 'w', 30000, NULL, '{smoke}', 'tenant-a'",
+    )
+    .await;
+    assert!(claim.contains("Index Scan using idem_job_claim"), "{claim}");
+    assert!(
+        !claim.contains("Bitmap") && !claim.contains("Sort"),
+        "{claim}"
+    );
+    let complete = generic_plan(
+        &store.engine,
+        include_str!("../queries/job/complete_many.sql"),
+        "'{1,2}', '{1,1}', NULL, '{}', '{}', false",
+    )
+    .await;
+    assert!(
+        complete.contains("Index Cond: (id = l.job_id)"),
+        "{complete}"
+    );
+    let show =
+        |name: &str| sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!("SHOW {name}")));
+    for (name, value) in CLAIM_PLANNER.into_iter().chain(GENERIC_PLANS) {
+        let shown = show(name).fetch_one(&store.claims).await.unwrap();
         assert_eq!(shown, value, "{name} on the claim connections");
     }
+    for (name, value) in GENERIC_PLANS {
+        let shown = show(name).fetch_one(&store.engine).await.unwrap();
+        assert_eq!(shown, value, "{name} on the engine's connections");
+    }
+    // The caller's queries keep PostgreSQL's own choice between plans.
+    let main = show("plan_cache_mode")
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+    assert_eq!(main, "auto", "plan_cache_mode on the main pool");
     let path = |pool| sqlx::query_scalar::<_, String>("SHOW search_path").fetch_one(pool);
     let main: String = path(&store.pool).await.unwrap();
-    assert_eq!(
-        path(&store.claims).await.unwrap(),
-        main,
-        "claims use the store's schema"
-    );
+    for pool in [&store.claims, &store.engine] {
+        let theirs = path(pool).await.unwrap();
+        assert_eq!(theirs, main, "claims and the engine use the store's schema");
+    }
+}
+
+/// The plan `EXPLAIN EXECUTE` shows for `sql` prepared on one connection of `pool` and
+/// run with `args` (SQL literals), as that connection's sessions plan it.
+async fn generic_plan(pool: &sqlx::PgPool, sql: &str, args: &str) -> String {
+    let mut conn = pool.acquire().await.unwrap();
+    let prepare = format!("PREPARE shown AS {sql}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let explain = format!("EXPLAIN EXECUTE shown({args})");
+    let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql("DEALLOCATE shown")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    plan.join("\n")
 }
 
 async fn lifecycle(store: &PgStore, t0: Timestamp) {
