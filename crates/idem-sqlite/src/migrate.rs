@@ -235,4 +235,29 @@ mod tests {
             .expect("indexes");
         assert_eq!(indexes, 5, "claim, lease, state, finalized and batch");
     }
+
+    /// `idem migrate` holds the write lock while workers wait, so a worker of the build
+    /// before 0015 may still be running when it commits, and it goes on with its own
+    /// statements: the claim and the waiting count spelling the states as an IN list.
+    /// SQLite does not find that list implies the rebuilt claim index's OR-joined
+    /// predicate: that worker's claims scan the whole job table and sort the candidates,
+    /// under the write lock (0.2 s a claim at 1,000,000 jobs with `sqlite3` 3.40.1),
+    /// until it restarts, when it refuses the newer schema.
+    #[test]
+    #[ignore = "finding, not fixed: after 0015 a worker of the previous build (IN-list \
+                claim) scans the whole job table on every claim, under the write lock"]
+    fn a_worker_of_the_previous_build_still_claims_through_the_claim_index() {
+        let c = migrated_upto(COUNT);
+        let ors = "(state = 'available' OR state = 'scheduled' OR state = 'retryable')";
+        let list = "state IN ('available', 'scheduled', 'retryable')";
+        for sql in [
+            include_str!("../queries/job/claim.sql"),
+            include_str!("../queries/queue/waiting.sql"),
+        ] {
+            assert!(sql.contains(ors), "{sql}");
+            let previous = sql.replace(ors, list);
+            let plan = plan(&c, &previous);
+            assert!(plan.contains("idem_job_claim"), "{previous}\n{plan}");
+        }
+    }
 }
