@@ -15,8 +15,8 @@ use sqlx::{ConnectOptions, Connection};
 use crate::error::interpret_error;
 
 /// Default size of the connection pool: a worker with the default concurrency (10) plus
-/// the connections of its own duties (7: heartbeat, two completion flushes, rescuer,
-/// purger, listener, announcer), with room to spare.
+/// the connections of its own duties (6: two completion flushes, rescuer, purger,
+/// listener, announcer), with room to spare.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 20;
 /// How long connecting, or waiting for a pooled connection, may take before the store
 /// reports the database unavailable.

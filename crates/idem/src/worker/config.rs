@@ -29,10 +29,11 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_CLAIM_BATCH: usize = 100;
 /// Default time between purges.
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
-/// Connections of a worker's own duties, beside its running jobs: the heartbeat, two
-/// completion flushes in flight, the rescuer, the purger, the listener (which holds its
-/// connection) and the announcer of enqueues. Claims use a pool of their own.
-pub const WORKER_CONNECTIONS: u32 = 7;
+/// Connections of a worker's own duties, beside its running jobs: two completion flushes
+/// in flight (the transactions that count batch children), the rescuer, the purger, the
+/// listener (which holds its connection) and the announcer of enqueues. On PostgreSQL
+/// claims, the heartbeat and the first statement of each flush use pools of their own.
+pub const WORKER_CONNECTIONS: u32 = 6;
 /// The setting that sizes the PostgreSQL pool, as the pool check names it to a library
 /// user ([`WorkerConfig::check_connections`]); a program that sizes the pool from its own
 /// settings names those instead (`Idem::with_pool_setting`).
@@ -279,8 +280,8 @@ impl WorkerConfig {
     /// store without a pool, SQLite). Refused when the pool cannot serve the worker's own
     /// duties ([`WORKER_CONNECTIONS`]) and one job. Warned (logged) when it cannot serve
     /// every running job at once holding a connection (an effect transaction each) as
-    /// well: jobs then wait for connections, and so may the heartbeat, which can cost
-    /// leases when effect transactions are long. The messages name the numbers and the
+    /// well: jobs then wait for connections (the heartbeat, on a pool of its own, does
+    /// not). The messages name the numbers and the
     /// way out: a larger pool through `setting` (for a library user [`POOL_SETTING`]), or
     /// less concurrency.
     pub fn check_connections(&self, pool: Option<u32>, setting: &str) -> Result<(), IdemError> {
@@ -291,8 +292,8 @@ impl WorkerConfig {
         if pool <= WORKER_CONNECTIONS {
             return Err(IdemError::Config(format!(
                 "the PostgreSQL pool has {pool} connections; a worker needs \
-                 {WORKER_CONNECTIONS} for its heartbeat, completion flushes, rescuer, purger, \
-                 listener and announcer, and at least one for its jobs: raise {setting} to \
+                 {WORKER_CONNECTIONS} for its completion flushes, rescuer, purger, listener and \
+                 announcer, and at least one for its jobs: raise {setting} to \
                  {wanted} or more"
             )));
         }
@@ -302,8 +303,7 @@ impl WorkerConfig {
                 wanted,
                 "the PostgreSQL pool has {pool} connections; this worker runs up to {jobs} jobs \
                  at once and needs {WORKER_CONNECTIONS} more for its own duties: jobs that each \
-                 open an effect transaction will wait for connections, and so may the \
-                 heartbeat. Raise {setting} to {wanted} (the server's max_connections must \
+                 open an effect transaction will wait for connections. Raise {setting} to {wanted} (the server's max_connections must \
                  allow it) or lower the queues' concurrency"
             );
         }
@@ -394,12 +394,12 @@ mod tests {
         let err = one.check_connections(Some(WORKER_CONNECTIONS), POOL_SETTING);
         let err = err.unwrap_err().to_string();
         assert!(
-            err.contains("raise PgOptions::max_connections (Idem::connect_with) to 8 or more"),
+            err.contains("raise PgOptions::max_connections (Idem::connect_with) to 7 or more"),
             "{err}"
         );
         let err = one.check_connections(Some(3), "--pool-size");
         let err = err.unwrap_err().to_string();
-        assert!(err.contains("raise --pool-size to 8 or more"), "{err}");
+        assert!(err.contains("raise --pool-size to 7 or more"), "{err}");
         one.check_connections(Some(WORKER_CONNECTIONS + 1), "--pool-size")
             .unwrap();
         one.check_connections(None, "--pool-size").unwrap();
