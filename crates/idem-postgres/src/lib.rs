@@ -4,8 +4,9 @@
 //! Three connection pools: the main one; a small one for claims, whose sessions carry
 //! [`CLAIM_PLANNER`] and [`GENERIC_PLANS`]; and a small one for the engine's other
 //! one-statement operations (insert, heartbeat, the first statement of a completion or
-//! failure), whose sessions carry [`GENERIC_PLANS`]. Every operation runs in a READ COMMITTED transaction; those of one
-//! statement run straight on a pool, each statement its own transaction. Concurrent
+//! failure), whose sessions carry [`GENERIC_PLANS`]. Every operation runs in a READ
+//! COMMITTED transaction; those of one statement run straight on a pool, each statement
+//! its own transaction. Concurrent
 //! claims and rescues lock their candidates with `FOR UPDATE SKIP LOCKED`, and an effect
 //! transaction holds a key-share lock on its job from the fence check (`job/lock.sql`) to
 //! commit, so no rescue or reclaim can interleave with it. Time is the database clock

@@ -159,9 +159,10 @@ async fn smoke_lifecycle() {
 /// With no statistics about a large backlog waiting (a table that filled faster than
 /// autoanalyze), a
 /// claim still walks the claim index in order and stops at its limit: no bitmap scan, no
-/// sort of the backlog (see [`CLAIM_PLANNER`]). Checked on the engine pool's own
+/// sort of the backlog (see [`CLAIM_PLANNER`]). Checked on the claim pool's own
 /// connections, with the claim statement as the store sends it, planned for the bound
-/// values and as the one generic plan those connections use (see [`GENERIC_PLANS`]).
+/// values and as the one generic plan those connections use (see [`GENERIC_PLANS`]);
+/// and complete-many's generic plan on the engine pool.
 async fn claims_walk_the_claim_index(store: &PgStore) {
     // As in a table that filled faster than autoanalyze: no statistics at all.
     sqlx::query("ALTER TABLE idem_job SET (autovacuum_enabled = false)")
@@ -264,11 +265,7 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
 /// run with `args` (SQL literals), as that connection's sessions plan it.
 async fn generic_plan(pool: &sqlx::PgPool, sql: &str, args: &str) -> String {
     let mut conn = pool.acquire().await.unwrap();
-    let prepare = format!("PREPARE shown AS {sql}");
-    sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
-        .execute(&mut *conn)
-        .await
-        .unwrap();
+    prepare(&mut conn, "shown", sql).await;
     let explain = format!("EXPLAIN EXECUTE shown({args})");
     let plan: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
         .fetch_all(&mut *conn)
@@ -279,6 +276,15 @@ async fn generic_plan(pool: &sqlx::PgPool, sql: &str, args: &str) -> String {
         .await
         .unwrap();
     plan.join("\n")
+}
+
+/// `PREPARE name AS sql` on `conn`; `name` may carry the parameters' types.
+async fn prepare(conn: &mut sqlx::PgConnection, name: &str, sql: &str) {
+    let prepare = format!("PREPARE {name} AS {sql}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
+        .execute(conn)
+        .await
+        .unwrap();
 }
 
 async fn lifecycle(store: &PgStore, t0: Timestamp) {
@@ -616,11 +622,7 @@ async fn engine_plans_made_on_an_empty_table_read_by_primary_key_later() {
     ];
     let mut conn = store.engine.acquire().await.unwrap();
     for (name, sql, args) in statements {
-        let prepare = format!("PREPARE {name} AS {sql}");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(prepare))
-            .execute(&mut *conn)
-            .await
-            .unwrap();
+        prepare(&mut conn, name, sql).await;
         let run = format!("EXECUTE {}", args.replace("{id}", "1"));
         sqlx::raw_sql(sqlx::AssertSqlSafe(run))
             .execute(&mut *conn)
