@@ -218,6 +218,10 @@ impl StoreTx for PgTx {
         ops::intent::resolve(&mut self.tx, p).await
     }
 
+    async fn intent_lock(&mut self, key: String) -> StoreResult<Option<IntentRow>> {
+        ops::intent::lock(&mut self.tx, key).await
+    }
+
     async fn http_key_reserve(&mut self, p: HttpKeyReserve) -> StoreResult<HttpKeyReserved> {
         ops::http_key::reserve(&mut self.tx, p).await
     }

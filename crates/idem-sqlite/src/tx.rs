@@ -301,6 +301,10 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::intent::resolve(c, &p)).await
     }
 
+    async fn intent_lock(&mut self, key: String) -> StoreResult<Option<IntentRow>> {
+        self.run(move |c| ops::intent::lock(c, &key)).await
+    }
+
     async fn http_key_reserve(&mut self, p: HttpKeyReserve) -> StoreResult<HttpKeyReserved> {
         self.run(move |c| ops::http_key::reserve(c, &p)).await
     }

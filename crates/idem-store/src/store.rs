@@ -574,6 +574,11 @@ pub trait StoreTx: Send {
         params: crate::IntentResolve,
     ) -> StoreResult<crate::IntentRow>;
 
+    /// Reads intent `key` and keeps it from being resolved until this transaction ends,
+    /// so a decision taken on its state here cannot cross a resolution committed
+    /// meanwhile (a job written dead to await it is put back in the same transaction).
+    async fn intent_lock(&mut self, key: String) -> StoreResult<Option<crate::IntentRow>>;
+
     /// Reserves an Idempotency-Key for a request in one conditional write on
     /// `(principal, key)` (see [`crate::HttpKeyReserved`]): inserts it, or takes (fence + 1)
     /// a row that is `released`, older than `retention_ms`, or `in_progress` with its lock

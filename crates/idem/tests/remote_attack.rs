@@ -467,39 +467,6 @@ async fn a_job_dead_on_an_intent_settled_meanwhile_is_retried(db: &TestDb) {
     );
 }
 
-/// Found by the chaos soak on PostgreSQL (a job dead-lettered among 50,000): a job's
-/// write of `dead` (to await its unknown intent) commits, but its connection dies before
-/// the answer comes back; the write is retried and refused (the job is no longer running),
-/// so the check for an intent settled meanwhile was skipped. A reconciler that settled the
-/// intent while the job was still running left the job to that check: it stayed dead. The
-/// first, committed write is made here directly with the claim's own lease.
-async fn a_dead_write_that_committed_unseen_still_retries_a_settled_job(db: &TestDb) {
-    let run = SettledWhileRunning::start(db, 4).await;
-    let (idem, job, w, open) = (&run.idem, &run.job, run.worker, run.open);
-    let running = idem.job(job.id).await.unwrap().expect("the job");
-    assert_eq!(running.state, JobState::Running);
-    let committed_unseen = idem_store::JobFail {
-        lease: running.lease_token(),
-        error: "awaits its intent (the write whose answer was lost)".into(),
-        retry_in_ms: None,
-        snooze: false,
-        now: None,
-    };
-    let dead = idem.store().job_fail(committed_unseen).await.unwrap();
-    assert_eq!(dead.state, JobState::Dead);
-    let _ = open.send(());
-    let last = poll_job(idem, job.id, 20, |j| j.state == JobState::Completed).await;
-    within(30, "shutdown", w.shutdown()).await;
-    assert_eq!(
-        last.state,
-        JobState::Completed,
-        "the intent is {:?}, but its job stays {:?} ({:?})",
-        intent(idem, "pay:4").await.map(|r| r.state),
-        last.state,
-        last.last_error,
-    );
-}
-
 /// A job awaiting reconciliation (dead, its unkeyed call `unknown`) "stays dead until
 /// reconciliation or an operator settles the intent and retries the job", and the
 /// reconciler looks the call up through the job's args (`lookup_url`). The dead-job
@@ -585,7 +552,6 @@ idem_store_tests::store_cases!(
     two_http_jobs_never_share_an_intent,
     an_applied_call_with_a_binary_answer_completes_its_intent,
     a_job_dead_on_an_intent_settled_meanwhile_is_retried,
-    a_dead_write_that_committed_unseen_still_retries_a_settled_job,
     a_dead_job_awaiting_reconciliation_is_kept,
     an_http_job_with_any_valid_enqueue_key_can_run,
 );

@@ -129,6 +129,17 @@ where
     r.as_ref().map(row::intent).transpose()
 }
 
+/// Intent `key`, share-locked until the transaction ends: a resolution (an `UPDATE`)
+/// waits for it, and this read waits for a resolution in flight and sees its outcome.
+pub(crate) async fn lock(c: &mut PgConnection, key: String) -> StoreResult<Option<IntentRow>> {
+    let r = sqlx::query(include_str!("../../queries/intent/lock.sql"))
+        .bind(key)
+        .fetch_optional(c)
+        .await
+        .map_err(interpret_error)?;
+    r.as_ref().map(row::intent).transpose()
+}
+
 pub(crate) async fn counts<'e, E>(ex: E) -> StoreResult<Vec<idem_store::IntentCount>>
 where
     E: Executor<'e, Database = Postgres>,

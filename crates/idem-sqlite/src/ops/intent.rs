@@ -101,6 +101,13 @@ pub(crate) fn get(c: &Connection, key: &str) -> StoreResult<Option<IntentRow>> {
     Ok(rows(c, GET, [key], row::intent)?.pop())
 }
 
+/// Intent `key`, read in the writer's transaction: no other writer (no resolution)
+/// runs until it ends.
+pub(crate) fn lock(c: &Connection, key: &str) -> StoreResult<Option<IntentRow>> {
+    let sql = include_str!("../../queries/intent/lock.sql");
+    Ok(rows(c, sql, [key], row::intent)?.pop())
+}
+
 pub(crate) fn counts(c: &Connection) -> StoreResult<Vec<idem_store::IntentCount>> {
     let sql = include_str!("../../queries/intent/counts.sql");
     rows(c, sql, [], row::intent_count)

@@ -2,7 +2,8 @@
 //! reconciliation could not (`idem intents resolve KEY --applied|--absent`).
 
 use idem_store::{
-    IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, JobState, StoreError,
+    IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, JobRetry, JobRow,
+    JobState, StoreError, StoreTx,
 };
 
 use crate::client::Idem;
@@ -45,27 +46,52 @@ impl Idem {
             ))
             .into());
         }
-        let parks = matches!(resolution, IntentResolution::Manual { .. });
         let params = IntentResolve {
             token: row.token(),
             from: OPERATOR_FROM.to_vec(),
             resolution,
             now: self.clock.now(),
         };
-        let settled = self.store.intent_resolve(params).await?;
-        let retried = !parks && self.retry_settled(settled.job_id).await?;
-        Ok((settled, retried))
+        let parks = matches!(params.resolution, IntentResolution::Manual { .. });
+        Ok(self.settle_intent(params, !parks).await?)
     }
 
-    /// Puts the job of a settled intent back to run if it is dead (it stopped to await
-    /// the settlement); whether it did. Forced past the effect-key window check: the
-    /// job's outcome was pending on this intent, not on a new horizon.
-    pub(crate) async fn retry_settled(&self, job_id: i64) -> Result<bool, IdemError> {
-        match self.store.job_get(job_id).await? {
-            Some(job) if job.state == JobState::Dead => {
-                Ok(!self.retry_jobs_forced(vec![job_id]).await?.is_empty())
-            }
-            _ => Ok(false),
-        }
+    /// Resolves an intent and, when `put_back` (the job stopped to await this
+    /// settlement), puts its job back to run if the job is dead, in one transaction: a
+    /// resolution never commits without the put-back it owes. Forced past
+    /// the effect-key window check: the job's outcome was pending on this intent, not on
+    /// a new horizon. Returns the intent as settled and whether the job was put back.
+    pub(crate) async fn settle_intent(
+        &self,
+        params: IntentResolve,
+        put_back: bool,
+    ) -> Result<(IntentRow, bool), StoreError> {
+        let now = params.now;
+        let mut tx = self.store.begin().await?;
+        let settled = tx.intent_resolve(params).await?;
+        let retried = put_back
+            && put_back_if_dead(tx.as_mut(), settled.job_id, now)
+                .await?
+                .is_some();
+        tx.commit().await?;
+        Ok((settled, retried))
     }
+}
+
+/// Puts job `job_id` back to run (attempt 0, a fresh start) if it is dead, in `tx`;
+/// the job as put back, or `None` when it was not dead.
+pub(crate) async fn put_back_if_dead(
+    tx: &mut dyn StoreTx,
+    job_id: i64,
+    now: Option<idem_store::Timestamp>,
+) -> Result<Option<JobRow>, StoreError> {
+    let dead = tx.job_get_many(vec![job_id]).await?;
+    if !dead.iter().any(|j| j.state == JobState::Dead) {
+        return Ok(None);
+    }
+    let params = JobRetry {
+        ids: vec![job_id],
+        now,
+    };
+    Ok(tx.job_retry(params).await?.pop())
 }

@@ -12,9 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_store::{
-    IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, JobRow, StoreError,
-};
+use idem_store::{IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, StoreError};
 use serde::Serialize;
 
 use crate::client::Idem;
@@ -242,15 +240,14 @@ impl Reconciler {
 
     /// Looks the job's handler's call up; `None` when this process has no handler for
     /// the job's kind (or the job is gone).
-    async fn lookup(&self, row: &IntentRow) -> Result<Option<(Lookup, JobRow)>, IdemError> {
+    async fn lookup(&self, row: &IntentRow) -> Result<Option<Lookup>, IdemError> {
         let Some(job) = self.idem.store.job_get(row.job_id).await? else {
             return Ok(None);
         };
         let Some(handler) = self.handlers.get(&job.kind) else {
             return Ok(None);
         };
-        let found = handler.clone().lookup(row.clone(), job.clone()).await;
-        Ok(Some((found, job)))
+        Ok(Some(handler.clone().lookup(row.clone(), job).await))
     }
 
     async fn settle_unknown(
@@ -259,7 +256,7 @@ impl Reconciler {
         settled_before: idem_store::Timestamp,
         report: &mut ReconcileReport,
     ) -> Result<(), IdemError> {
-        let Some((found, job)) = self.lookup(&row).await? else {
+        let Some(found) = self.lookup(&row).await? else {
             report.skipped += 1;
             return Ok(());
         };
@@ -294,21 +291,21 @@ impl Reconciler {
                 IntentResolution::Manual { error: why }
             }
         };
-        let parks = matches!(resolution, IntentResolution::Manual { .. });
-        if !self
-            .resolve(&row, vec![IntentState::Unknown], resolution, report)
+        // Parked for an operator, the job stays dead until the operator settles it.
+        let put_back = !matches!(resolution, IntentResolution::Manual { .. });
+        let from = vec![IntentState::Unknown];
+        if self
+            .resolve(&row, from, resolution, put_back, report)
             .await?
+            == Some(true)
         {
-            return Ok(());
-        }
-        if !parks && self.idem.retry_settled(job.id).await? {
             report.jobs_retried += 1;
         }
         Ok(())
     }
 
     async fn audit(&self, row: IntentRow, report: &mut ReconcileReport) -> Result<(), IdemError> {
-        let Some((found, _job)) = self.lookup(&row).await? else {
+        let Some(found) = self.lookup(&row).await? else {
             report.skipped += 1;
             return Ok(());
         };
@@ -317,32 +314,36 @@ impl Reconciler {
             report.audit_duplicates += 1;
             self.idem.metrics.duplicate_intent();
             tracing::warn!(key = %row.key, copies = ?remote_refs, "late duplicate remote effect");
+            // The job finished with the call: a late copy found now changes nothing of it.
             let resolution = IntentResolution::Duplicate { remote_refs };
-            self.resolve(&row, vec![IntentState::Completed], resolution, report)
-                .await?;
+            let from = vec![IntentState::Completed];
+            self.resolve(&row, from, resolution, false, report).await?;
         }
         Ok(())
     }
 
-    /// Resolves from what was read; `false` when someone else resolved it meanwhile.
+    /// Resolves from what was read and, when `put_back`, puts a dead job back to run in
+    /// the same transaction (see [`Idem::settle_intent`]); whether the job was put back,
+    /// or `None` when someone else resolved the intent meanwhile.
     async fn resolve(
         &self,
         row: &IntentRow,
         from: Vec<IntentState>,
         resolution: IntentResolution,
+        put_back: bool,
         report: &mut ReconcileReport,
-    ) -> Result<bool, IdemError> {
+    ) -> Result<Option<bool>, IdemError> {
         let params = IntentResolve {
             token: row.token(),
             from,
             resolution,
             now: self.idem.clock.now(),
         };
-        match self.idem.store.intent_resolve(params).await {
-            Ok(_) => Ok(true),
+        match self.idem.settle_intent(params, put_back).await {
+            Ok((_, retried)) => Ok(Some(retried)),
             Err(StoreError::Conflict(_) | StoreError::NotFound { .. }) => {
                 report.raced += 1;
-                Ok(false)
+                Ok(None)
             }
             Err(e) => Err(e.into()),
         }

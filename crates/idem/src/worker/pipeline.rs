@@ -184,41 +184,56 @@ fn count(stats: &Stats, job: &JobRow, result: StoreResult<Finished>) -> Outcome 
     outcome
 }
 
-/// A job just written dead to await the settlement of its intent `key`: if a reconciler or
-/// an operator settled it in the meantime, they found the job still running and left it,
-/// so it is put back to run here. (Each side writes, then reads the other's record: one of
-/// them sees both.)
-async fn settled_meanwhile(idem: &Idem, job: &JobRow, key: &str) {
-    let still_waiting = match idem.intent(key).await {
-        Ok(Some(row)) if row.job_id == job.id => crate::intent::OPERATOR_FROM.contains(&row.state),
+/// Writes the failure of `job` in one transaction; when it makes the job dead to await
+/// its intent `key`, the intent is read under a lock in the same transaction and, if a
+/// reconciler or an operator settled it meanwhile (they found the job still running and
+/// left it), the job is put back to run before the commit. The job's row is written
+/// first and the intent read after: a resolver locks the intent first and then reads
+/// the job, so one of the two sees the other's write (see ARCHITECTURE.md, "A job
+/// awaiting an intent").
+async fn fail_awaiting(
+    idem: &Idem,
+    job: &JobRow,
+    params: JobFail,
+    key: &str,
+) -> StoreResult<(JobRow, Finished)> {
+    let now = params.now;
+    let snooze = params.snooze;
+    let mut tx = idem.store.begin().await?;
+    let row = tx.job_fail(params).await?;
+    if row.state != idem_store::JobState::Dead {
+        tx.commit().await?;
+        let finished = Finished::of_failure(&row, snooze);
+        return Ok((row, finished));
+    }
+    let settled = match tx.intent_lock(key.to_owned()).await? {
+        Some(intent) if intent.job_id == job.id => {
+            !crate::intent::OPERATOR_FROM.contains(&intent.state)
+        }
         // Not an intent of this job's (or none): nothing of this job's was settled, and
         // putting it back would be a retry past its attempts that nobody asked for.
-        Ok(_) => {
+        _ => {
             tracing::warn!(
                 job_id = job.id,
                 key,
                 "the awaited intent is not this job's; the job stays dead"
             );
-            return;
-        }
-        Err(e) => {
-            tracing::warn!(job_id = job.id, key, error = %e, "could not read the awaited intent; reconciliation will retry the job once it settles the intent");
-            return;
+            false
         }
     };
-    if !still_waiting {
-        match idem.retry_settled(job.id).await {
-            Ok(retried) => tracing::info!(
-                job_id = job.id,
-                key,
-                retried,
-                "the awaited intent was settled meanwhile; the job is put back to run"
-            ),
-            Err(e) => {
-                tracing::warn!(job_id = job.id, key, error = %e, "could not put back a job whose intent was settled meanwhile")
-            }
-        }
+    if !settled {
+        tx.commit().await?;
+        return Ok((row, Finished::Dead));
     }
+    let back = crate::intent::put_back_if_dead(tx.as_mut(), job.id, now).await?;
+    tx.commit().await?;
+    let back = back.unwrap_or(row);
+    tracing::info!(
+        job_id = job.id,
+        key,
+        "the awaited intent was settled meanwhile; the job is put back to run"
+    );
+    Ok((back, Finished::Retried))
 }
 
 /// How an attempt ended, as recorded.
@@ -231,6 +246,15 @@ pub(crate) enum Finished {
 }
 
 impl Finished {
+    /// How a failure write (`snooze` or not) ended, from the row it wrote.
+    fn of_failure(row: &JobRow, snooze: bool) -> Finished {
+        match row.state {
+            idem_store::JobState::Dead => Finished::Dead,
+            _ if snooze => Finished::Snoozed,
+            _ => Finished::Retried,
+        }
+    }
+
     /// Its outcome, for metrics and the attempt's span.
     pub(crate) fn outcome(&self) -> Outcome {
         match self {
@@ -246,7 +270,8 @@ impl Finished {
 /// Records a failed (or snoozed) attempt of `job`'s claim: retried after the error's delay
 /// (clamped) or the ladder's, snoozed, or `dead` when the error is permanent or attempts
 /// are used up (see `delay.rs`). A job written dead while it awaits an intent that was
-/// settled meanwhile is put back to run. Returns the row as written.
+/// settled meanwhile is put back to run in the same transaction. Returns the row as
+/// written.
 pub(crate) async fn record_failure(
     idem: &Idem,
     config: &WorkerConfig,
@@ -266,24 +291,15 @@ pub(crate) async fn record_failure(
         snooze,
         now: idem.clock.now(),
     };
-    let written = write_retrying(|| async {
+    if let Some(key) = awaits {
+        return write_retrying(|| fail_awaiting(idem, job, params.clone(), &key)).await;
+    }
+    write_retrying(|| async {
         let row = idem.store.job_fail(params.clone()).await?;
-        let finished = match row.state {
-            idem_store::JobState::Dead => Finished::Dead,
-            _ if snooze => Finished::Snoozed,
-            _ => Finished::Retried,
-        };
+        let finished = Finished::of_failure(&row, snooze);
         Ok((row, finished))
     })
-    .await;
-    // Also after a failed write: one whose commit the store could not confirm (the
-    // connection died) may have made the job dead, and the retry is then refused.
-    // `retry_settled` acts only on a dead job, so checking when it is not is harmless.
-    let maybe_dead = matches!(&written, Ok((_, Finished::Dead)) | Err(_));
-    if let (true, Some(key)) = (maybe_dead, awaits) {
-        settled_meanwhile(idem, job, &key).await;
-    }
-    written
+    .await
 }
 
 /// Retries a final write a few times while the store says retrying can help.

@@ -1,0 +1,226 @@
+//! A job awaiting an intent: written dead when its call's outcome is unknown, put back to
+//! run once a reconciler or an operator settles the intent. Whichever side writes last
+//! owes the put-back, and owes it in its own transaction: a resolution never commits
+//! without it, nor a dead write that finds the intent already settled. Each case breaks
+//! the put-back or replays the two writers' race on both stores (on PostgreSQL, one
+//! transaction holds its row lock until the other's statement waits for it).
+
+mod common;
+
+use common::*;
+use idem::intent::{OPERATOR_FROM, awaiting_reconciliation};
+use idem::{
+    Idem, IntentResolution, IntentRow, IntentState, Job, JobRow, JobState, ProtocolClaim,
+    WorkerProtocol,
+};
+use idem_store::{Backend, IntentBegin, IntentBegun, IntentFinish, IntentOutcome, IntentResolve};
+use idem_store_tests::TestDb;
+use idem_store_tests::fixture::{assert_waits_for, spawn_started};
+use serde_json::json;
+
+const QUEUE: &str = "pay";
+const KEY: &str = "pay:order-1";
+
+/// A client, the protocol of a worker elsewhere, its running `pay` job, and the job's
+/// unkeyed intent marked `unknown` (the call may or may not have been applied).
+async fn running_with_unknown_intent(db: &TestDb) -> (Idem, WorkerProtocol, JobRow, IntentRow) {
+    let idem = client(db, None);
+    idem.enqueue(Job::new("pay", json!({"order": 1})).queue(QUEUE))
+        .await
+        .unwrap();
+    let protocol = WorkerProtocol::new(idem.clone(), config(QUEUE, 1)).unwrap();
+    let claim = ProtocolClaim {
+        queue: QUEUE.into(),
+        kinds: vec!["pay".into()],
+        limit: 1,
+        lease_ms: None,
+        worker: "elsewhere".into(),
+        principal: None,
+    };
+    let job = protocol.claim(claim).await.unwrap().remove(0);
+    let begin = IntentBegin {
+        key: KEY.into(),
+        fingerprint: "f".into(),
+        unkeyed: true,
+        lease_ms: 30_000,
+        job: job.lease_token(),
+        now: None,
+    };
+    let IntentBegun::Begun(held) = idem.store().intent_begin(begin).await.unwrap() else {
+        panic!("a new key is begun");
+    };
+    let finish = IntentFinish {
+        token: held.token(),
+        outcome: IntentOutcome::Unknown {
+            error: "the answer never came".into(),
+        },
+        now: None,
+    };
+    let unknown = idem.store().intent_finish(finish).await.unwrap();
+    assert_eq!(unknown.state, IntentState::Unknown);
+    (idem, protocol, job, unknown)
+}
+
+fn applied() -> IntentResolution {
+    IntentResolution::Applied {
+        result: json!({"id": "r-1"}),
+        remote_refs: vec!["r-1".into()],
+    }
+}
+
+async fn state_of(idem: &Idem, id: i64) -> JobState {
+    job(idem, id).await.state
+}
+
+async fn intent_state(idem: &Idem) -> IntentState {
+    idem.intent(KEY).await.unwrap().expect("the intent").state
+}
+
+/// Makes every put-back of a dead job (`dead` → `available`) fail, or stop failing.
+async fn refuse_put_back(db: &TestDb, refuse: bool) {
+    let statements: &[&str] = match (db.backend, refuse) {
+        (Backend::Postgres, true) => &[
+            "CREATE FUNCTION test_refuse_put_back() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'put-back refused by the test'; END $$",
+            "CREATE TRIGGER test_refuse_put_back BEFORE UPDATE ON idem_job FOR EACH ROW \
+             WHEN (OLD.state = 'dead' AND NEW.state = 'available') \
+             EXECUTE FUNCTION test_refuse_put_back()",
+        ],
+        (Backend::Postgres, false) => &["DROP TRIGGER test_refuse_put_back ON idem_job"],
+        (Backend::Sqlite, true) => &[
+            "CREATE TRIGGER test_refuse_put_back BEFORE UPDATE OF state ON idem_job \
+             WHEN OLD.state = 'dead' AND NEW.state = 'available' \
+             BEGIN SELECT RAISE(ABORT, 'put-back refused by the test'); END",
+        ],
+        (Backend::Sqlite, false) => &["DROP TRIGGER test_refuse_put_back"],
+    };
+    let mut tx = db.store.begin().await.unwrap();
+    for sql in statements {
+        tx.execute(sql, &[]).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+}
+
+/// A resolution whose put-back fails leaves the intent `unknown` (so the next pass or
+/// the operator settles it again, with the put-back), never settled with its job dead
+/// for good, which no later pass would look at.
+async fn a_resolution_never_commits_without_the_put_back_it_owes(db: &TestDb) {
+    let (idem, protocol, job, unknown) = running_with_unknown_intent(db).await;
+    let dead = protocol
+        .fail(&job, awaiting_reconciliation(&unknown))
+        .await
+        .unwrap();
+    assert_eq!(
+        dead.state,
+        JobState::Dead,
+        "the job stops to await its intent"
+    );
+
+    refuse_put_back(db, true).await;
+    let refused = idem.resolve_intent(KEY, applied()).await;
+    assert!(refused.is_err(), "the put-back failed: {refused:?}");
+    assert_eq!(
+        (intent_state(&idem).await, state_of(&idem, job.id).await),
+        (IntentState::Unknown, JobState::Dead),
+        "the resolution committed without its put-back: the job would stay dead for good"
+    );
+
+    refuse_put_back(db, false).await;
+    let (settled, retried) = idem.resolve_intent(KEY, applied()).await.unwrap();
+    assert_eq!((settled.state, retried), (IntentState::Completed, true));
+    assert_eq!(state_of(&idem, job.id).await, JobState::Available);
+}
+
+/// A dead write that finds its intent settled meanwhile, and whose put-back fails, writes
+/// nothing: the job is still running under its claim (its lease ends, it is rescued and
+/// finds the stored outcome), not dead with nobody left to put it back.
+async fn a_dead_write_never_commits_without_the_put_back_it_owes(db: &TestDb) {
+    let (idem, protocol, job, unknown) = running_with_unknown_intent(db).await;
+    let (settled, retried) = idem.resolve_intent(KEY, applied()).await.unwrap();
+    assert_eq!(settled.state, IntentState::Completed);
+    assert!(
+        !retried,
+        "the job still runs: there is nothing to put back yet"
+    );
+
+    refuse_put_back(db, true).await;
+    let refused = protocol.fail(&job, awaiting_reconciliation(&unknown)).await;
+    assert!(refused.is_err(), "the put-back failed: {refused:?}");
+    assert_eq!(
+        state_of(&idem, job.id).await,
+        JobState::Running,
+        "the dead write committed without its put-back: the job would stay dead for good"
+    );
+
+    refuse_put_back(db, false).await;
+    let back = protocol
+        .fail(&job, awaiting_reconciliation(&unknown))
+        .await
+        .unwrap();
+    assert_eq!(back.state, JobState::Available, "{back:?}");
+}
+
+/// The job goes dead while a resolution of its intent is in flight (the resolver has
+/// read the job as running, so it leaves the put-back to the job): the dead write waits
+/// for the resolution, sees it, and puts the job back in its own transaction.
+async fn a_dead_write_waits_for_a_resolution_in_flight(db: &TestDb) {
+    let (idem, protocol, job, unknown) = running_with_unknown_intent(db).await;
+    let mut resolver = db.store.begin().await.unwrap();
+    let resolve = IntentResolve {
+        token: unknown.token(),
+        from: OPERATOR_FROM.to_vec(),
+        resolution: applied(),
+        now: None,
+    };
+    resolver.intent_resolve(resolve).await.unwrap();
+
+    let (racer_job, error) = (job.clone(), awaiting_reconciliation(&unknown));
+    let racer = spawn_started(async move { protocol.fail(&racer_job, error).await }).await;
+    assert_waits_for(db, &mut resolver, &racer).await;
+    resolver.commit().await.unwrap();
+
+    let written = racer.await.unwrap().unwrap();
+    assert_eq!(
+        written.state,
+        JobState::Available,
+        "the job went dead on an intent settled meanwhile, and nobody will put it back"
+    );
+    assert_eq!(intent_state(&idem).await, IntentState::Completed);
+}
+
+/// The resolution comes while a dead write is in flight (the job has read its intent as
+/// `unknown`, so it leaves the put-back to the resolver): the resolution waits for the
+/// dead write, then finds the job dead and puts it back in its own transaction.
+async fn a_resolution_waits_for_a_dead_write_in_flight(db: &TestDb) {
+    let (idem, _protocol, job, _) = running_with_unknown_intent(db).await;
+    // The job's own transaction, statement by statement: the dead write, then its
+    // intent read under the lock that holds resolutions off.
+    let mut dying = db.store.begin().await.unwrap();
+    let fail = idem_store::JobFail {
+        lease: job.lease_token(),
+        error: "awaits its intent".into(),
+        retry_in_ms: None,
+        snooze: false,
+        now: None,
+    };
+    assert_eq!(dying.job_fail(fail).await.unwrap().state, JobState::Dead);
+    let read = dying.intent_lock(KEY.into()).await.unwrap();
+    assert_eq!(read.map(|r| r.state), Some(IntentState::Unknown));
+
+    let racer_idem = idem.clone();
+    let racer = spawn_started(async move { racer_idem.resolve_intent(KEY, applied()).await }).await;
+    assert_waits_for(db, &mut dying, &racer).await;
+    dying.commit().await.unwrap();
+
+    let (settled, retried) = racer.await.unwrap().unwrap();
+    assert_eq!(settled.state, IntentState::Completed);
+    assert!(retried, "the resolution found the job dead and put it back");
+    assert_eq!(state_of(&idem, job.id).await, JobState::Available);
+}
+
+idem_store_tests::store_cases!(
+    a_resolution_never_commits_without_the_put_back_it_owes,
+    a_dead_write_never_commits_without_the_put_back_it_owes,
+    a_dead_write_waits_for_a_resolution_in_flight,
+    a_resolution_waits_for_a_dead_write_in_flight,
+);
