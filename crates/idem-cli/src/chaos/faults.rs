@@ -50,20 +50,25 @@ pub(crate) struct Done {
 }
 
 /// The moments, from the start of the run, at which the planned faults happen: spread
-/// evenly over 10% to 85% of the run, each at a random moment of its slot.
-fn schedule(plan: &Plan) -> Vec<(Duration, Fault)> {
+/// evenly over 10% to 85% of the run, each at a random moment of its slot. Zombies end
+/// their window one pause (`pause_for`) before the producer stops (at 80%), since each
+/// needs jobs to hold and is paused at least that long, one at a time.
+fn schedule(plan: &Plan, pause_for: Duration) -> Vec<(Duration, Fault)> {
     let mut all = Vec::new();
-    let mut spread = |n: usize, fault: Fault| {
-        let step = plan.duration.mul_f64(0.75) / u32::try_from(n.max(1)).unwrap_or(1);
+    let start = plan.duration.mul_f64(0.10);
+    let mut spread = |n: usize, end: Duration, fault: Fault| {
+        let step = end.saturating_sub(start) / u32::try_from(n.max(1)).unwrap_or(1);
         for i in 0..n {
-            let at = plan.duration.mul_f64(0.10) + step * i as u32;
+            let at = start + step * i as u32;
             all.push((at + step.mul_f64(rand::random_range(0.0..1.0)), fault));
         }
     };
-    spread(plan.kills, Fault::Kill);
-    spread(plan.zombies, Fault::Zombie);
-    spread(plan.terminations, Fault::Terminate);
-    spread(plan.restarts, Fault::Restart);
+    let end = plan.duration.mul_f64(0.85);
+    let zombies_end = plan.duration.mul_f64(0.80).saturating_sub(pause_for);
+    spread(plan.kills, end, Fault::Kill);
+    spread(plan.zombies, zombies_end.max(start), Fault::Zombie);
+    spread(plan.terminations, end, Fault::Terminate);
+    spread(plan.restarts, end, Fault::Restart);
     all.sort_by_key(|(at, _)| *at);
     all
 }
@@ -90,8 +95,8 @@ pub(super) async fn drive(
         "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} jobs finished {msg}",
     );
     let mut done = Done::default();
-    let mut due: VecDeque<(Duration, Fault)> = schedule(plan).into();
     let pause_for = Duration::from_millis(plan.fleet.lease_ms * 2 + 500);
+    let mut due: VecDeque<(Duration, Fault)> = schedule(plan, pause_for).into();
     let limit =
         plan.duration + Duration::from_secs(120) + Duration::from_millis(expected as u64 * 20);
     let started = Instant::now();
@@ -238,21 +243,26 @@ async fn kill(
 
 /// The jobs the paused worker still holds under its own claims.
 async fn held(idem: &Idem, paused: &Option<Paused>) -> anyhow::Result<i64> {
-    let Some(p) = paused else { return Ok(0) };
+    match paused {
+        Some(p) => holding(idem, &p.name).await,
+        None => Ok(0),
+    }
+}
+
+/// The jobs `worker` holds (running under its name).
+async fn holding(idem: &Idem, worker: &str) -> anyhow::Result<i64> {
     let sql = "SELECT count(*) FROM idem_job WHERE state = 'running' AND lease_owner = $1";
-    crate::scratch::scalar(idem, sql, &[p.name.as_str().into()]).await
+    crate::scratch::scalar(idem, sql, &[worker.into()]).await
 }
 
 /// The jobs a dead worker still held, and of those the remote calls in flight (intent
 /// in progress).
 async fn in_flight(idem: &Idem, worker: &str) -> anyhow::Result<(i64, i64)> {
-    let jobs = "SELECT count(*) FROM idem_job WHERE state = 'running' AND lease_owner = $1";
     let calls = "SELECT count(*) FROM idem_intent i JOIN idem_job j ON j.id = i.job_id \
                  WHERE i.state = 'in_progress' AND j.state = 'running' AND j.lease_owner = $1";
-    let arg = [worker.into()];
     Ok((
-        crate::scratch::scalar(idem, jobs, &arg).await?,
-        crate::scratch::scalar(idem, calls, &arg).await?,
+        holding(idem, worker).await?,
+        crate::scratch::scalar(idem, calls, &[worker.into()]).await?,
     ))
 }
 
@@ -261,7 +271,8 @@ async fn in_flight(idem: &Idem, worker: &str) -> anyhow::Result<(i64, i64)> {
 /// any. On SQLite a worker stopped inside a write transaction holds the database's one
 /// write lock: no one can take its leases over until it resumes, so it is no zombie, just
 /// a pause of everyone. Such a stop is undone at once and tried again a moment later, up
-/// to [`TRIES`] times.
+/// to [`TRIES`] times, as is one that finds the worker holding no job any more (its jobs
+/// finished between the choice and the signal).
 async fn pause(
     idem: &Idem,
     fleet: &Fleet,
@@ -270,17 +281,24 @@ async fn pause(
     patient: bool,
     done: &mut Done,
 ) -> Option<Paused> {
-    let name = match busiest(idem, fleet).await.ok().flatten() {
-        Some(name) => name,
-        None if patient => return None,
-        None => fleet.live.first()?.0.clone(),
-    };
-    let index = fleet.live.iter().position(|w| w.0 == name)?;
     for tries in 1..=TRIES {
+        // Chosen afresh at each try: the one chosen before may hold nothing any more.
+        let name = match busiest(idem, fleet).await.ok().flatten() {
+            Some(name) => name,
+            None if patient => return None,
+            None => fleet.live.first()?.0.clone(),
+        };
+        let index = fleet.live.iter().position(|w| w.0 == name)?;
         let (_, pid) = fleet.signal(index, libc::SIGSTOP)?;
-        if let Some(path) = sqlite
-            && !writable(path.to_owned()).await
-        {
+        let in_write = match sqlite {
+            Some(path) => !writable(path.to_owned()).await,
+            None => false,
+        };
+        // Read once it is stopped: the jobs it held when `busiest` looked may have
+        // finished before the signal landed, and a zombie holding none has no commit to
+        // be refused.
+        let holds = !in_write && holding(idem, &name).await.unwrap_or(0) > 0;
+        if !holds {
             fleet.signal(index, libc::SIGCONT);
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
@@ -292,7 +310,7 @@ async fn pause(
             pause_for.as_millis(),
             match tries {
                 1 => String::new(),
-                n => format!(" (stopped outside a write transaction at try {n})"),
+                n => format!(" (stopped holding a job and outside a write transaction at try {n})"),
             }
         ));
         return Some(Paused {

@@ -45,7 +45,7 @@ impl DemoArgs {
             duration: Duration::from_secs_f64(if self.no_chaos {
                 seconds
             } else {
-                seconds.max(10.0)
+                seconds.max(15.0)
             }),
             fleet: self.fleet,
             kills: faults(3),
