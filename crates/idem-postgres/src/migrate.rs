@@ -37,6 +37,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0013_queue_pause.sql"),
         include_str!("../migrations/0014_job_trace.sql"),
         include_str!("../migrations/0015_state_checks.sql"),
+        include_str!("../migrations/0016_job_awaits_intent.sql"),
     ])
 }
 

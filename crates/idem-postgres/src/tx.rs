@@ -123,6 +123,14 @@ impl StoreTx for PgTx {
         ops::job::retry(&mut *self.tx, p).await
     }
 
+    async fn job_await_intent(&mut self, job_id: i64, key: String) -> StoreResult<bool> {
+        ops::job::await_intent(&mut *self.tx, job_id, key).await
+    }
+
+    async fn job_put_back_rows(&mut self, p: idem_store::JobPutBack) -> StoreResult<Vec<JobRow>> {
+        ops::job::put_back(&mut *self.tx, p).await
+    }
+
     async fn job_discard(&mut self, p: JobDiscard) -> StoreResult<Vec<i64>> {
         ops::job::discard(&mut *self.tx, p).await
     }

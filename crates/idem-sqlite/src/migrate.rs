@@ -26,6 +26,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0013_queue_pause.sql"),
         include_str!("../migrations/0014_job_trace.sql"),
         include_str!("../migrations/0015_state_checks.sql"),
+        include_str!("../migrations/0016_job_awaits_intent.sql"),
     ])
 }
 
@@ -164,7 +165,8 @@ mod tests {
 
     #[test]
     fn the_state_checks_keep_every_row_and_the_id_high_water_mark() {
-        let c = migrated_upto(COUNT - 1);
+        // Every migration before 0015_state_checks.
+        let c = migrated_upto(14);
         c.execute_batch(
             "INSERT INTO idem_job (kind, queue, args, state, max_attempts, run_at, created_at)
              VALUES ('k', 'q', '{}', 'available', 3, 1, 1),
@@ -196,7 +198,7 @@ mod tests {
         };
         let before = dump(&c);
         c.execute_batch("BEGIN IMMEDIATE").expect("begin");
-        assert_eq!(run(&c).expect("migrated"), 1);
+        assert_eq!(run(&c).expect("migrated"), COUNT - 14);
         c.execute_batch("COMMIT").expect("commit");
         assert_eq!(dump(&c), before);
 
@@ -233,7 +235,10 @@ mod tests {
                 |r| r.get(0),
             )
             .expect("indexes");
-        assert_eq!(indexes, 5, "claim, lease, state, finalized and batch");
+        assert_eq!(
+            indexes, 6,
+            "claim, lease, state, finalized and batch (rebuilt by 0015), awaits_intent (0016)"
+        );
     }
 
     /// `idem migrate` holds the write lock while workers wait, so a worker of the build

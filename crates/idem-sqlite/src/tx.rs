@@ -206,6 +206,15 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::job::retry(c, &p)).await
     }
 
+    async fn job_await_intent(&mut self, job_id: i64, key: String) -> StoreResult<bool> {
+        self.run(move |c| ops::job::await_intent(c, job_id, &key))
+            .await
+    }
+
+    async fn job_put_back_rows(&mut self, p: idem_store::JobPutBack) -> StoreResult<Vec<JobRow>> {
+        self.run(move |c| ops::job::put_back(c, &p)).await
+    }
+
     async fn job_discard(&mut self, p: JobDiscard) -> StoreResult<Vec<i64>> {
         self.run(move |c| ops::job::discard(c, &p)).await
     }

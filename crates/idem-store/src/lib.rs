@@ -64,7 +64,7 @@ pub use job::{
     QueueFinished, QueueFinishedList, QueueWaiting,
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
-pub use maintenance::{JobDiscard, JobRetry, Purge, PurgeTarget};
+pub use maintenance::{JobDiscard, JobPutBack, JobRetry, Purge, PurgeTarget};
 pub use queue::{PausedQueue, QueuePause};
 pub use store::{Store, StoreTx, Wakeups};
 pub use value::SqlValue;

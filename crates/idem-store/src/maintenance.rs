@@ -19,6 +19,16 @@ pub struct JobRetry {
     pub now: Option<Timestamp>,
 }
 
+/// Put every dead job awaiting an intent back to `available`, as [`JobRetry`] would: the
+/// intent was settled.
+#[derive(Debug, Clone, Default)]
+pub struct JobPutBack {
+    /// The intent's key.
+    pub key: String,
+    /// Injected time, `None` = database clock.
+    pub now: Option<Timestamp>,
+}
+
 /// Delete dead jobs with their attempt history and their enqueue keys.
 #[derive(Debug, Clone, Default)]
 pub struct JobDiscard {

@@ -365,17 +365,30 @@ pub trait StoreTx: Send {
     async fn job_retry(&mut self, params: JobRetry) -> StoreResult<Vec<JobRow>> {
         let now = params.now;
         let rows = self.job_retry_rows(params).await?;
-        let mut tally = BatchTally::default();
-        for (job, was) in &rows {
-            tally.reopened(job.id, job.batch_id, *was);
-        }
-        crate::batch::settle(self, tally, now).await?;
-        Ok(rows.into_iter().map(|(job, _)| job).collect())
+        reopened(self, rows, now).await
     }
 
     /// The statement of [`StoreTx::job_retry`], without the batch counts: each job
     /// changed, with the state it left (read under its row lock).
     async fn job_retry_rows(&mut self, params: JobRetry) -> StoreResult<Vec<(JobRow, JobState)>>;
+
+    /// Marks dead job `job_id` as awaiting intent `key` (its call's outcome is unknown),
+    /// in the transaction that wrote it dead; [`StoreTx::job_put_back`] of that key, and
+    /// nothing else, puts it back to run. `false` when the job is not dead.
+    async fn job_await_intent(&mut self, job_id: i64, key: String) -> StoreResult<bool>;
+
+    /// Puts every dead job awaiting intent `params.key` back to `available` now, as
+    /// [`StoreTx::job_retry`] would (a child of a batch leaves its batch's counts).
+    /// Returns the jobs changed.
+    async fn job_put_back(&mut self, params: crate::JobPutBack) -> StoreResult<Vec<JobRow>> {
+        let now = params.now;
+        let rows = self.job_put_back_rows(params).await?;
+        let rows = rows.into_iter().map(|j| (j, JobState::Dead)).collect();
+        reopened(self, rows, now).await
+    }
+
+    /// The statement of [`StoreTx::job_put_back`], without the batch counts.
+    async fn job_put_back_rows(&mut self, params: crate::JobPutBack) -> StoreResult<Vec<JobRow>>;
 
     /// Deletes dead jobs with their attempt history and enqueue keys; returns the ids
     /// deleted.
@@ -610,6 +623,21 @@ pub trait StoreTx: Send {
     /// The concrete transaction, for callers that need the driver's own API
     /// (downcast to the store crate's transaction type).
     fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// Gives the batches of `rows` (jobs put back to run, each with the state it left) their
+/// counts back; returns the jobs.
+async fn reopened<T: StoreTx + ?Sized>(
+    tx: &mut T,
+    rows: Vec<(JobRow, JobState)>,
+    now: Option<Timestamp>,
+) -> StoreResult<Vec<JobRow>> {
+    let mut tally = BatchTally::default();
+    for (job, was) in &rows {
+        tally.reopened(job.id, job.batch_id, *was);
+    }
+    crate::batch::settle(tx, tally, now).await?;
+    Ok(rows.into_iter().map(|(job, _)| job).collect())
 }
 
 /// Settles the batch of one job that a statement just moved to `job.state`.

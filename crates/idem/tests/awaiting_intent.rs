@@ -7,74 +7,12 @@
 
 mod common;
 
-use common::*;
+use common::awaiting::*;
 use idem::intent::{OPERATOR_FROM, awaiting_reconciliation};
-use idem::{
-    Idem, IntentResolution, IntentRow, IntentState, Job, JobRow, JobState, ProtocolClaim,
-    WorkerProtocol,
-};
-use idem_store::{Backend, IntentBegin, IntentBegun, IntentFinish, IntentOutcome, IntentResolve};
+use idem::{IntentState, JobState};
+use idem_store::{Backend, IntentResolve};
 use idem_store_tests::TestDb;
 use idem_store_tests::fixture::{assert_waits_for, spawn_started};
-use serde_json::json;
-
-const QUEUE: &str = "pay";
-const KEY: &str = "pay:order-1";
-
-/// A client, the protocol of a worker elsewhere, its running `pay` job, and the job's
-/// unkeyed intent marked `unknown` (the call may or may not have been applied).
-async fn running_with_unknown_intent(db: &TestDb) -> (Idem, WorkerProtocol, JobRow, IntentRow) {
-    let idem = client(db, None);
-    idem.enqueue(Job::new("pay", json!({"order": 1})).queue(QUEUE))
-        .await
-        .unwrap();
-    let protocol = WorkerProtocol::new(idem.clone(), config(QUEUE, 1)).unwrap();
-    let claim = ProtocolClaim {
-        queue: QUEUE.into(),
-        kinds: vec!["pay".into()],
-        limit: 1,
-        lease_ms: None,
-        worker: "elsewhere".into(),
-        principal: None,
-    };
-    let job = protocol.claim(claim).await.unwrap().remove(0);
-    let begin = IntentBegin {
-        key: KEY.into(),
-        fingerprint: "f".into(),
-        unkeyed: true,
-        lease_ms: 30_000,
-        job: job.lease_token(),
-        now: None,
-    };
-    let IntentBegun::Begun(held) = idem.store().intent_begin(begin).await.unwrap() else {
-        panic!("a new key is begun");
-    };
-    let finish = IntentFinish {
-        token: held.token(),
-        outcome: IntentOutcome::Unknown {
-            error: "the answer never came".into(),
-        },
-        now: None,
-    };
-    let unknown = idem.store().intent_finish(finish).await.unwrap();
-    assert_eq!(unknown.state, IntentState::Unknown);
-    (idem, protocol, job, unknown)
-}
-
-fn applied() -> IntentResolution {
-    IntentResolution::Applied {
-        result: json!({"id": "r-1"}),
-        remote_refs: vec!["r-1".into()],
-    }
-}
-
-async fn state_of(idem: &Idem, id: i64) -> JobState {
-    job(idem, id).await.state
-}
-
-async fn intent_state(idem: &Idem) -> IntentState {
-    idem.intent(KEY).await.unwrap().expect("the intent").state
-}
 
 /// Makes every put-back of a dead job (`dead` → `available`) fail, or stop failing.
 async fn refuse_put_back(db: &TestDb, refuse: bool) {
@@ -105,22 +43,13 @@ async fn refuse_put_back(db: &TestDb, refuse: bool) {
 /// the operator settles it again, with the put-back), never settled with its job dead
 /// for good, which no later pass would look at.
 async fn a_resolution_never_commits_without_the_put_back_it_owes(db: &TestDb) {
-    let (idem, protocol, job, unknown) = running_with_unknown_intent(db).await;
-    let dead = protocol
-        .fail(&job, awaiting_reconciliation(&unknown))
-        .await
-        .unwrap();
-    assert_eq!(
-        dead.state,
-        JobState::Dead,
-        "the job stops to await its intent"
-    );
+    let (idem, _protocol, job, _unknown) = dead_awaiting_unknown_intent(db).await;
 
     refuse_put_back(db, true).await;
     let refused = idem.resolve_intent(KEY, applied()).await;
     assert!(refused.is_err(), "the put-back failed: {refused:?}");
     assert_eq!(
-        (intent_state(&idem).await, state_of(&idem, job.id).await),
+        (intent_row(&idem).await.state, state_of(&idem, job.id).await),
         (IntentState::Unknown, JobState::Dead),
         "the resolution committed without its put-back: the job would stay dead for good"
     );
@@ -185,7 +114,7 @@ async fn a_dead_write_waits_for_a_resolution_in_flight(db: &TestDb) {
         JobState::Available,
         "the job went dead on an intent settled meanwhile, and nobody will put it back"
     );
-    assert_eq!(intent_state(&idem).await, IntentState::Completed);
+    assert_eq!(intent_row(&idem).await.state, IntentState::Completed);
 }
 
 /// The resolution comes while a dead write is in flight (the job has read its intent as
@@ -193,8 +122,8 @@ async fn a_dead_write_waits_for_a_resolution_in_flight(db: &TestDb) {
 /// dead write, then finds the job dead and puts it back in its own transaction.
 async fn a_resolution_waits_for_a_dead_write_in_flight(db: &TestDb) {
     let (idem, _protocol, job, _) = running_with_unknown_intent(db).await;
-    // The job's own transaction, statement by statement: the dead write, then its
-    // intent read under the lock that holds resolutions off.
+    // The job's own transaction, statement by statement: the dead write awaiting the
+    // intent, then its intent read under the lock that holds resolutions off.
     let mut dying = db.store.begin().await.unwrap();
     let fail = idem_store::JobFail {
         lease: job.lease_token(),
@@ -204,6 +133,7 @@ async fn a_resolution_waits_for_a_dead_write_in_flight(db: &TestDb) {
         now: None,
     };
     assert_eq!(dying.job_fail(fail).await.unwrap().state, JobState::Dead);
+    assert!(dying.job_await_intent(job.id, KEY.into()).await.unwrap());
     let read = dying.intent_lock(KEY.into()).await.unwrap();
     assert_eq!(read.map(|r| r.state), Some(IntentState::Unknown));
 

@@ -13,8 +13,8 @@
 
 use idem_store::{
     Completed, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobDiscard, JobFail,
-    JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow, JobState, LeaseRenewal,
-    LeaseToken, StoreError, StoreResult,
+    JobHeartbeat, JobInsert, JobList, JobLock, JobPutBack, JobRescue, JobRetry, JobRow, JobState,
+    LeaseRenewal, LeaseToken, StoreError, StoreResult,
 };
 use sqlx::{Executor, PgConnection, Postgres};
 
@@ -329,6 +329,36 @@ where
         .collect::<StoreResult<Vec<(JobRow, JobState)>>>()?;
     retried.sort_by_key(|(j, _)| j.id);
     Ok(retried)
+}
+
+/// Marks dead job `job_id` as awaiting intent `key`; whether it was dead.
+pub(crate) async fn await_intent<'e, E>(ex: E, job_id: i64, key: String) -> StoreResult<bool>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let done = sqlx::query(include_str!("../../queries/job/await_intent.sql"))
+        .bind(job_id)
+        .bind(key)
+        .execute(ex)
+        .await
+        .map_err(interpret_error)?;
+    Ok(done.rows_affected() > 0)
+}
+
+/// Puts every dead job awaiting intent `p.key` back to available, in id order.
+pub(crate) async fn put_back<'e, E>(ex: E, p: JobPutBack) -> StoreResult<Vec<JobRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let rows = sqlx::query(include_str!("../../queries/job/put_back.sql"))
+        .bind(p.key)
+        .bind(p.now)
+        .fetch_all(ex)
+        .await
+        .map_err(interpret_error)?;
+    let mut jobs = rows.iter().map(row::job).collect::<StoreResult<Vec<_>>>()?;
+    jobs.sort_by_key(|j| j.id);
+    Ok(jobs)
 }
 
 pub(crate) async fn discard<'e, E>(ex: E, p: JobDiscard) -> StoreResult<Vec<i64>>

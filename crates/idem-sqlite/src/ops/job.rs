@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 
 use idem_store::{
     AttemptOutcome, Completed, Inserted, JobCancel, JobClaim, JobComplete, JobCompleteMany,
-    JobDiscard, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobRescue, JobRetry, JobRow,
-    JobState, LeaseRenewal, StoreError, StoreResult,
+    JobDiscard, JobFail, JobHeartbeat, JobInsert, JobList, JobLock, JobPutBack, JobRescue,
+    JobRetry, JobRow, JobState, LeaseRenewal, StoreError, StoreResult,
 };
 use rusqlite::{Connection, ToSql, params};
 
@@ -417,6 +417,26 @@ pub(crate) fn retry(c: &Connection, p: &JobRetry) -> StoreResult<Vec<(JobRow, Jo
             Ok((j, state))
         })
         .collect()
+}
+
+/// Marks dead job `job_id` as awaiting intent `key`; whether it was dead.
+pub(crate) fn await_intent(c: &Connection, job_id: i64, key: &str) -> StoreResult<bool> {
+    let sql = include_str!("../../queries/job/await_intent.sql");
+    let changed = c
+        .prepare_cached(sql)
+        .and_then(|mut s| s.execute(params![job_id, key]))
+        .map_err(interpret_error)?;
+    Ok(changed > 0)
+}
+
+/// Puts every dead job awaiting intent `p.key` back to available, in id order.
+pub(crate) fn put_back(c: &Connection, p: &JobPutBack) -> StoreResult<Vec<JobRow>> {
+    let sql = include_str!("../../queries/job/put_back.sql");
+    Ok(sorted(job_rows(
+        c,
+        sql,
+        params![p.key, p.now.map(ts_to_ms)],
+    )?))
 }
 
 pub(crate) fn discard(c: &Connection, p: &JobDiscard) -> StoreResult<Vec<i64>> {

@@ -26,7 +26,6 @@ use sha2::{Digest, Sha256};
 
 pub use guard::IntentGuard;
 pub use operator::OPERATOR_FROM;
-pub(crate) use operator::put_back_if_dead;
 pub use policy::IntentPolicy;
 pub use reconcile::{Lookup, ReconcileOptions, ReconcileReport, Reconciler};
 

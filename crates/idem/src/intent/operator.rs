@@ -2,8 +2,7 @@
 //! reconciliation could not (`idem intents resolve KEY --applied|--absent`).
 
 use idem_store::{
-    IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, JobRetry, JobRow,
-    JobState, StoreError, StoreTx,
+    IntentList, IntentResolution, IntentResolve, IntentRow, IntentState, JobPutBack, StoreError,
 };
 
 use crate::client::Idem;
@@ -53,45 +52,31 @@ impl Idem {
             now: self.clock.now(),
         };
         let parks = matches!(params.resolution, IntentResolution::Manual { .. });
-        Ok(self.settle_intent(params, !parks).await?)
+        let (settled, back) = self.settle_intent(params, !parks).await?;
+        Ok((settled, back > 0))
     }
 
-    /// Resolves an intent and, when `put_back` (the job stopped to await this
-    /// settlement), puts its job back to run if the job is dead, in one transaction: a
-    /// resolution never commits without the put-back it owes. Forced past
-    /// the effect-key window check: the job's outcome was pending on this intent, not on
-    /// a new horizon. Returns the intent as settled and whether the job was put back.
+    /// Resolves an intent and, when `put_back`, puts every dead job that stopped to await
+    /// it back to run, in one transaction: a resolution never commits without the
+    /// put-back it owes. Forced past the effect-key window check: each job's outcome was
+    /// pending on this intent, not on a new horizon. Returns the intent as settled and
+    /// how many jobs were put back.
     pub(crate) async fn settle_intent(
         &self,
         params: IntentResolve,
         put_back: bool,
-    ) -> Result<(IntentRow, bool), StoreError> {
+    ) -> Result<(IntentRow, usize), StoreError> {
         let now = params.now;
         let mut tx = self.store.begin().await?;
         let settled = tx.intent_resolve(params).await?;
-        let retried = put_back
-            && put_back_if_dead(tx.as_mut(), settled.job_id, now)
-                .await?
-                .is_some();
+        let back = match put_back {
+            true => {
+                let key = settled.key.clone();
+                tx.job_put_back(JobPutBack { key, now }).await?.len()
+            }
+            false => 0,
+        };
         tx.commit().await?;
-        Ok((settled, retried))
+        Ok((settled, back))
     }
-}
-
-/// Puts job `job_id` back to run (attempt 0, a fresh start) if it is dead, in `tx`;
-/// the job as put back, or `None` when it was not dead.
-pub(crate) async fn put_back_if_dead(
-    tx: &mut dyn StoreTx,
-    job_id: i64,
-    now: Option<idem_store::Timestamp>,
-) -> Result<Option<JobRow>, StoreError> {
-    let dead = tx.job_get_many(vec![job_id]).await?;
-    if !dead.iter().any(|j| j.state == JobState::Dead) {
-        return Ok(None);
-    }
-    let params = JobRetry {
-        ids: vec![job_id],
-        now,
-    };
-    Ok(tx.job_retry(params).await?.pop())
 }

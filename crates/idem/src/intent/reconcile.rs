@@ -291,16 +291,11 @@ impl Reconciler {
                 IntentResolution::Manual { error: why }
             }
         };
-        // Parked for an operator, the job stays dead until the operator settles it.
+        // Parked for an operator, its jobs stay dead until the operator settles it.
         let put_back = !matches!(resolution, IntentResolution::Manual { .. });
         let from = vec![IntentState::Unknown];
-        if self
-            .resolve(&row, from, resolution, put_back, report)
-            .await?
-            == Some(true)
-        {
-            report.jobs_retried += 1;
-        }
+        let back = self.resolve(&row, from, resolution, put_back, report);
+        report.jobs_retried += back.await?.unwrap_or(0) as u64;
         Ok(())
     }
 
@@ -323,7 +318,7 @@ impl Reconciler {
     }
 
     /// Resolves from what was read and, when `put_back`, puts a dead job back to run in
-    /// the same transaction (see [`Idem::settle_intent`]); whether the job was put back,
+    /// the same transaction (see [`Idem::settle_intent`]); how many jobs were put back,
     /// or `None` when someone else resolved the intent meanwhile.
     async fn resolve(
         &self,
@@ -332,7 +327,7 @@ impl Reconciler {
         resolution: IntentResolution,
         put_back: bool,
         report: &mut ReconcileReport,
-    ) -> Result<Option<bool>, IdemError> {
+    ) -> Result<Option<usize>, IdemError> {
         let params = IntentResolve {
             token: row.token(),
             from,
@@ -340,7 +335,7 @@ impl Reconciler {
             now: self.idem.clock.now(),
         };
         match self.idem.settle_intent(params, put_back).await {
-            Ok((_, retried)) => Ok(Some(retried)),
+            Ok((_, back)) => Ok(Some(back)),
             Err(StoreError::Conflict(_) | StoreError::NotFound { .. }) => {
                 report.raced += 1;
                 Ok(None)

@@ -185,12 +185,12 @@ fn count(stats: &Stats, job: &JobRow, result: StoreResult<Finished>) -> Outcome 
 }
 
 /// Writes the failure of `job` in one transaction; when it makes the job dead to await
-/// its intent `key`, the intent is read under a lock in the same transaction and, if a
-/// reconciler or an operator settled it meanwhile (they found the job still running and
-/// left it), the job is put back to run before the commit. The job's row is written
-/// first and the intent read after: a resolver locks the intent first and then reads
-/// the job, so one of the two sees the other's write (see ARCHITECTURE.md, "A job
-/// awaiting an intent").
+/// intent `key`, the job is marked as awaiting it, and the intent is read under a lock:
+/// if a reconciler or an operator settled it meanwhile (finding the job still running,
+/// so putting nothing back), the job is put back to run before the commit. The job's row
+/// is written first and the intent read after; a resolution writes the intent first and
+/// the jobs awaiting it after, so one of the two sees the other's write (ARCHITECTURE.md,
+/// "A job awaiting an intent").
 async fn fail_awaiting(
     idem: &Idem,
     job: &JobRow,
@@ -206,17 +206,16 @@ async fn fail_awaiting(
         let finished = Finished::of_failure(&row, snooze);
         return Ok((row, finished));
     }
+    tx.job_await_intent(job.id, key.to_owned()).await?;
     let settled = match tx.intent_lock(key.to_owned()).await? {
-        Some(intent) if intent.job_id == job.id => {
-            !crate::intent::OPERATOR_FROM.contains(&intent.state)
-        }
-        // Not an intent of this job's (or none): nothing of this job's was settled, and
-        // putting it back would be a retry past its attempts that nobody asked for.
-        _ => {
+        Some(intent) => !crate::intent::OPERATOR_FROM.contains(&intent.state),
+        // Purged once settled and past its retention: the job stays dead, since running
+        // it again would begin the call afresh, where it may have been applied.
+        None => {
             tracing::warn!(
                 job_id = job.id,
                 key,
-                "the awaited intent is not this job's; the job stays dead"
+                "the awaited intent is gone; the job stays dead for an operator"
             );
             false
         }
@@ -225,12 +224,14 @@ async fn fail_awaiting(
         tx.commit().await?;
         return Ok((row, Finished::Dead));
     }
-    let back = crate::intent::put_back_if_dead(tx.as_mut(), job.id, now).await?;
+    let key = key.to_owned();
+    let back = tx.job_put_back(idem_store::JobPutBack { key, now }).await?;
     tx.commit().await?;
-    let back = back.unwrap_or(row);
+    let Some(back) = back.into_iter().find(|j| j.id == job.id) else {
+        return Ok((row, Finished::Dead));
+    };
     tracing::info!(
         job_id = job.id,
-        key,
         "the awaited intent was settled meanwhile; the job is put back to run"
     );
     Ok((back, Finished::Retried))

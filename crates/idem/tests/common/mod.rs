@@ -2,6 +2,7 @@
 //! in the caller's own schema, and signals that handlers send to the test.
 #![allow(dead_code)]
 
+pub mod awaiting;
 pub mod remote;
 
 use std::future::Future;
