@@ -57,7 +57,7 @@ pub enum PurgeTarget {
     FinishedJobs,
     /// Dead jobs finalized before the cutoff, with their attempts and any enqueue key
     /// they still hold. A job whose intent is in progress, unknown or manual is kept:
-    /// reconciliation needs it.
+    /// reconciliation needs it; so is one awaiting such an intent of another job's.
     DeadJobs,
     /// Inbound Idempotency-Key records (`idem_http_key`) created before the cutoff,
     /// whatever their state, except a reservation whose lock outlives the cutoff (a

@@ -8,9 +8,10 @@
 mod common;
 
 use common::awaiting::*;
+use common::{client, config, db_clock};
 use idem::intent::{OPERATOR_FROM, awaiting_reconciliation};
-use idem::{IntentState, JobState};
-use idem_store::{Backend, IntentResolve};
+use idem::{IntentState, Job, JobState, WorkerProtocol};
+use idem_store::{Backend, IntentBegun, IntentFinish, IntentOutcome, IntentResolve};
 use idem_store_tests::TestDb;
 use idem_store_tests::fixture::{assert_waits_for, spawn_started};
 
@@ -148,9 +149,56 @@ async fn a_resolution_waits_for_a_dead_write_in_flight(db: &TestDb) {
     assert_eq!(state_of(&idem, job.id).await, JobState::Available);
 }
 
+/// A second job of the same logical request meets the first job's `unknown` intent and
+/// stops to await it too. The dead-job purge keeps it while the intent is unsettled (the
+/// intent is another job's, so only the job's own record of what it awaits can tell),
+/// and the resolution puts both jobs back.
+async fn every_job_awaiting_an_intent_is_kept_and_put_back(db: &TestDb) {
+    let clock = db_clock(db).await;
+    let idem = client(db, Some(std::sync::Arc::new(clock.clone())));
+    let protocol = WorkerProtocol::new(idem.clone(), config(QUEUE, 1)).unwrap();
+    let pay = || Job::new("pay", serde_json::json!({"order": 1})).queue(QUEUE);
+    let (first, held) = running_with_intent(&idem, &protocol, pay()).await;
+    let finish = IntentFinish {
+        token: held.token(),
+        outcome: IntentOutcome::Unknown {
+            error: "the answer never came".into(),
+        },
+        now: None,
+    };
+    let unknown = idem.store().intent_finish(finish).await.unwrap();
+    let dead = protocol.fail(&first, awaiting_reconciliation(&unknown));
+    assert_eq!(dead.await.unwrap().state, JobState::Dead);
+
+    let second = idem.enqueue(pay()).await.unwrap().job;
+    let claimed = protocol.claim(claim_one()).await.unwrap().remove(0);
+    assert_eq!(claimed.id, second.id);
+    let IntentBegun::Reconcile(met) = begin(&idem, claimed.lease_token()).await else {
+        panic!("the second job meets the first one's unknown intent");
+    };
+    assert_eq!(met.job_id, first.id);
+    let dead = protocol.fail(&claimed, awaiting_reconciliation(&met));
+    assert_eq!(dead.await.unwrap().state, JobState::Dead);
+
+    clock.advance(std::time::Duration::from_secs(30 * 86_400));
+    let purged = idem.purge(idem::PurgeTarget::DeadJobs, 100, |_| {}).await;
+    assert_eq!(
+        purged.unwrap(),
+        0,
+        "both dead jobs await the unsettled intent"
+    );
+
+    let (settled, retried) = idem.resolve_intent(KEY, applied()).await.unwrap();
+    assert_eq!((settled.state, retried), (IntentState::Completed, true));
+    for id in [first.id, second.id] {
+        assert_eq!(state_of(&idem, id).await, JobState::Available, "job {id}");
+    }
+}
+
 idem_store_tests::store_cases!(
     a_resolution_never_commits_without_the_put_back_it_owes,
     a_dead_write_never_commits_without_the_put_back_it_owes,
     a_dead_write_waits_for_a_resolution_in_flight,
     a_resolution_waits_for_a_dead_write_in_flight,
+    every_job_awaiting_an_intent_is_kept_and_put_back,
 );

@@ -10,7 +10,9 @@
 -- every job finalized before the cutoff on every batch.
 -- A job whose intent is in progress, unknown or manual is kept: reconciliation looks its
 -- call up with the job's arguments, and puts the job back to run once the intent is
--- settled. (No concurrent write makes an intent of a finished job one of those states.)
+-- settled; so is a dead job awaiting such an intent of another job's (`awaits_intent`).
+-- (No concurrent write makes an intent of a finished job one of those states, and one a
+-- dead job awaits stays unknown or manual until its resolution puts the job back.)
 WITH gone AS (
     DELETE FROM idem_job
     WHERE id = ANY(ARRAY(SELECT j.id FROM idem_job AS j
@@ -19,12 +21,19 @@ WITH gone AS (
                                            WHERE i.job_id = j.id
                                              AND i.state IN ('in_progress', 'unknown',
                                                              'manual'))
+                           AND NOT EXISTS (SELECT 1 FROM idem_intent AS i
+                                           WHERE i.key = j.awaits_intent
+                                             AND i.state IN ('in_progress', 'unknown',
+                                                             'manual'))
                          ORDER BY j.finalized_at
                          LIMIT $2))
       AND finalized_at < $1
       AND state = ANY($3::text[])
       AND NOT EXISTS (SELECT 1 FROM idem_intent AS i
                       WHERE i.job_id = idem_job.id
+                        AND i.state IN ('in_progress', 'unknown', 'manual'))
+      AND NOT EXISTS (SELECT 1 FROM idem_intent AS i
+                      WHERE i.key = idem_job.awaits_intent
                         AND i.state IN ('in_progress', 'unknown', 'manual'))
     RETURNING id
 ), attempts AS (
