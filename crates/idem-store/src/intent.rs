@@ -43,6 +43,14 @@ pub enum IntentState {
 }
 
 impl IntentState {
+    /// Whether the call's outcome is still to be settled (`unknown`, `manual`): a job
+    /// awaiting the intent waits on; in any other state it is put back to run.
+    pub fn awaits_settlement(self) -> bool {
+        matches!(self, IntentState::Unknown | IntentState::Manual)
+    }
+}
+
+impl IntentState {
     /// Every state, in lifecycle order.
     pub const ALL: [IntentState; 7] = [
         IntentState::InProgress,

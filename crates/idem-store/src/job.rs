@@ -472,6 +472,20 @@ pub struct Completed {
     pub batch_id: Option<i64>,
 }
 
+/// How [`crate::StoreTx::job_fail_awaiting`] left a job that stopped to await an intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaited {
+    /// The failure did not make the job dead: nothing awaits.
+    NotDead,
+    /// Dead, awaiting the intent, whose outcome is still unknown or manual.
+    Waits,
+    /// The intent was settled meanwhile: the job was put back to run.
+    PutBack,
+    /// The intent is gone (purged once settled): the job stays dead for an operator,
+    /// since running it again would begin the call afresh.
+    Gone,
+}
+
 /// Record a failed attempt under the current fence.
 #[derive(Debug, Clone)]
 pub struct JobFail {

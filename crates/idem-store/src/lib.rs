@@ -58,9 +58,9 @@ pub use intent::{
     IntentResolution, IntentResolve, IntentRow, IntentState, IntentToken,
 };
 pub use job::{
-    AttemptOutcome, AttemptRow, Completed, EnqueueKeyTake, Enqueued, InsertClaim, Inserted,
-    JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert, JobList,
-    JobLock, JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
+    AttemptOutcome, AttemptRow, Awaited, Completed, EnqueueKeyTake, Enqueued, InsertClaim,
+    Inserted, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert,
+    JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
     QueueFinished, QueueFinishedList, QueueWaiting,
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};

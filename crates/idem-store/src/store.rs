@@ -462,6 +462,49 @@ pub trait StoreTx: Send {
     /// The statement of [`StoreTx::job_fail`], without the batch counts.
     async fn job_fail_row(&mut self, params: JobFail) -> StoreResult<JobRow>;
 
+    /// Records a failed attempt like [`StoreTx::job_fail`], for a job that stops to await
+    /// intent `key` (its call's outcome is unknown). When the failure makes the job dead,
+    /// the job is marked as awaiting the key, then the intent is read under a lock: if it
+    /// was settled meanwhile (a resolution found the job running and left it), the job is
+    /// put back to run instead and its batch is left alone (it never finished). The job's
+    /// row is locked first, then the intent, then its batch's row; a resolution locks the
+    /// intent, then the jobs awaiting it, then their batches, so the two never wait for
+    /// each other in a cycle, and one of them sees the other's write.
+    async fn job_fail_awaiting(
+        &mut self,
+        params: JobFail,
+        key: String,
+    ) -> StoreResult<(JobRow, crate::Awaited)> {
+        let now = params.now;
+        let job = self.job_fail_row(params).await?;
+        if job.state != JobState::Dead {
+            settle_one(self, &job, now).await?;
+            return Ok((job, crate::Awaited::NotDead));
+        }
+        self.job_await_intent(job.id, key.clone()).await?;
+        let awaited = match self.intent_lock(key.clone()).await? {
+            Some(intent) if intent.state.awaits_settlement() => crate::Awaited::Waits,
+            Some(_) => crate::Awaited::PutBack,
+            None => crate::Awaited::Gone,
+        };
+        if awaited != crate::Awaited::PutBack {
+            settle_one(self, &job, now).await?;
+            return Ok((job, awaited));
+        }
+        let back = self
+            .job_put_back_rows(crate::JobPutBack { key, now })
+            .await?;
+        let (mine, others): (Vec<JobRow>, Vec<JobRow>) =
+            back.into_iter().partition(|j| j.id == job.id);
+        // Any other job put back with it was counted dead in its batch.
+        let others = others.into_iter().map(|j| (j, JobState::Dead)).collect();
+        reopened(self, others, now).await?;
+        Ok((
+            mine.into_iter().next().unwrap_or(job),
+            crate::Awaited::PutBack,
+        ))
+    }
+
     /// Moves running jobs whose lease expired before `now` to `retryable` (or `dead`
     /// when their attempts are used up) and records each lost attempt.
     async fn job_rescue(&mut self, params: JobRescue) -> StoreResult<Vec<JobRow>> {

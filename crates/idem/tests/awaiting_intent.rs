@@ -11,7 +11,7 @@ use common::awaiting::*;
 use common::{client, config, db_clock};
 use idem::intent::{OPERATOR_FROM, awaiting_reconciliation};
 use idem::{IntentState, Job, JobState, WorkerProtocol};
-use idem_store::{Backend, IntentBegun, IntentFinish, IntentOutcome, IntentResolve};
+use idem_store::{Backend, IntentResolve};
 use idem_store_tests::TestDb;
 use idem_store_tests::fixture::{assert_waits_for, spawn_started};
 
@@ -159,23 +159,11 @@ async fn every_job_awaiting_an_intent_is_kept_and_put_back(db: &TestDb) {
     let protocol = WorkerProtocol::new(idem.clone(), config(QUEUE, 1)).unwrap();
     let pay = || Job::new("pay", serde_json::json!({"order": 1})).queue(QUEUE);
     let (first, held) = running_with_intent(&idem, &protocol, pay()).await;
-    let finish = IntentFinish {
-        token: held.token(),
-        outcome: IntentOutcome::Unknown {
-            error: "the answer never came".into(),
-        },
-        now: None,
-    };
-    let unknown = idem.store().intent_finish(finish).await.unwrap();
+    let unknown = mark_unknown(&idem, &held).await;
     let dead = protocol.fail(&first, awaiting_reconciliation(&unknown));
     assert_eq!(dead.await.unwrap().state, JobState::Dead);
 
-    let second = idem.enqueue(pay()).await.unwrap().job;
-    let claimed = protocol.claim(claim_one()).await.unwrap().remove(0);
-    assert_eq!(claimed.id, second.id);
-    let IntentBegun::Reconcile(met) = begin(&idem, claimed.lease_token()).await else {
-        panic!("the second job meets the first one's unknown intent");
-    };
+    let (claimed, met) = second_job_meeting(&idem, &protocol).await;
     assert_eq!(met.job_id, first.id);
     let dead = protocol.fail(&claimed, awaiting_reconciliation(&met));
     assert_eq!(dead.await.unwrap().state, JobState::Dead);
@@ -190,7 +178,7 @@ async fn every_job_awaiting_an_intent_is_kept_and_put_back(db: &TestDb) {
 
     let (settled, retried) = idem.resolve_intent(KEY, applied()).await.unwrap();
     assert_eq!((settled.state, retried), (IntentState::Completed, true));
-    for id in [first.id, second.id] {
+    for id in [first.id, claimed.id] {
         assert_eq!(state_of(&idem, id).await, JobState::Available, "job {id}");
     }
 }

@@ -188,9 +188,10 @@ pub struct FailRequest {
     /// The delay before the next run instead of the ladder's (clamped to the server's
     /// maximum).
     pub retry_after_ms: Option<u64>,
-    /// The intent of this job whose outcome is unknown (or manual) and which the job waits
-    /// on: the job stops (`dead`, whatever `outcome` says) until the intent is settled,
-    /// and is then put back to run, also when it was settled while this attempt ended.
+    /// The intent whose outcome is unknown (or manual) and which the job waits on (this
+    /// job's, or another job's that a begin answered `reconcile` for): the job stops
+    /// (`dead`, whatever `outcome` says) until the intent is settled, and is then put back
+    /// to run, also when it was settled while this attempt ended.
     pub awaits_intent: Option<String>,
 }
 
@@ -242,16 +243,18 @@ pub async fn fail(
     if let Some(key) = request.awaits_intent {
         // As a Rust handler's: the job stops (dead) until the intent is settled, and is
         // put back to run by whoever settles it; retrying would only meet the same
-        // unknown intent again. Only an intent of this job's: naming any other would put
-        // the job back at once, a retry past its attempts no client may force.
+        // unknown intent again. The intent may be another job's of the same principal (a
+        // begin that met it answers `reconcile`), but its outcome must be unknown or
+        // manual: naming a settled one would put the job back at once, a retry past its
+        // attempts no client may force.
         let stored = super::scope::store_key(&principal, &key);
         match state.idem.intent(&stored).await {
-            Ok(Some(row))
-                if row.job_id == id && idem::intent::OPERATOR_FROM.contains(&row.state) => {}
+            Ok(Some(row)) if row.state.awaits_settlement() => {}
             Ok(_) => {
                 return invalid(format!(
-                    "awaits_intent names {key:?}, which is not an intent of job {id} whose \
-                     outcome is unknown; name the key this job began and marked unknown"
+                    "awaits_intent names {key:?}, which is not an intent whose outcome is \
+                     unknown or manual; name the key whose begin answered `reconcile` or \
+                     that this job marked unknown"
                 ))
                 .rejection();
             }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use idem_store::{JobFail, JobRow, StoreError, StoreResult};
+use idem_store::{Awaited, JobFail, JobRow, StoreError, StoreResult};
 use rand::Rng;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
@@ -184,57 +184,38 @@ fn count(stats: &Stats, job: &JobRow, result: StoreResult<Finished>) -> Outcome 
     outcome
 }
 
-/// Writes the failure of `job` in one transaction; when it makes the job dead to await
-/// intent `key`, the job is marked as awaiting it, and the intent is read under a lock:
-/// if a reconciler or an operator settled it meanwhile (finding the job still running,
-/// so putting nothing back), the job is put back to run before the commit. The job's row
-/// is written first and the intent read after; a resolution writes the intent first and
-/// the jobs awaiting it after, so one of the two sees the other's write (ARCHITECTURE.md,
-/// "A job awaiting an intent").
+/// Writes the failure of `job`, which stops to await intent `key`, in one transaction
+/// ([`idem_store::StoreTx::job_fail_awaiting`]): dead and awaiting the intent, or put
+/// back to run at once when a reconciler or an operator settled the intent meanwhile
+/// (ARCHITECTURE.md, "A job awaiting an intent").
 async fn fail_awaiting(
     idem: &Idem,
     job: &JobRow,
     params: JobFail,
     key: &str,
 ) -> StoreResult<(JobRow, Finished)> {
-    let now = params.now;
     let snooze = params.snooze;
     let mut tx = idem.store.begin().await?;
-    let row = tx.job_fail(params).await?;
-    if row.state != idem_store::JobState::Dead {
-        tx.commit().await?;
-        let finished = Finished::of_failure(&row, snooze);
-        return Ok((row, finished));
-    }
-    tx.job_await_intent(job.id, key.to_owned()).await?;
-    let settled = match tx.intent_lock(key.to_owned()).await? {
-        Some(intent) => !crate::intent::OPERATOR_FROM.contains(&intent.state),
-        // Purged once settled and past its retention: the job stays dead, since running
-        // it again would begin the call afresh, where it may have been applied.
-        None => {
-            tracing::warn!(
-                job_id = job.id,
-                key,
-                "the awaited intent is gone; the job stays dead for an operator"
-            );
-            false
-        }
-    };
-    if !settled {
-        tx.commit().await?;
-        return Ok((row, Finished::Dead));
-    }
-    let key = key.to_owned();
-    let back = tx.job_put_back(idem_store::JobPutBack { key, now }).await?;
+    let (row, awaited) = tx.job_fail_awaiting(params, key.to_owned()).await?;
     tx.commit().await?;
-    let Some(back) = back.into_iter().find(|j| j.id == job.id) else {
-        return Ok((row, Finished::Dead));
+    match awaited {
+        Awaited::PutBack => tracing::info!(
+            job_id = job.id,
+            key,
+            "the awaited intent was settled meanwhile; the job is put back to run"
+        ),
+        Awaited::Gone => tracing::warn!(
+            job_id = job.id,
+            key,
+            "the awaited intent is gone; the job stays dead for an operator"
+        ),
+        Awaited::Waits | Awaited::NotDead => {}
+    }
+    let finished = match awaited {
+        Awaited::PutBack => Finished::Retried,
+        _ => Finished::of_failure(&row, snooze),
     };
-    tracing::info!(
-        job_id = job.id,
-        "the awaited intent was settled meanwhile; the job is put back to run"
-    );
-    Ok((back, Finished::Retried))
+    Ok((row, finished))
 }
 
 /// How an attempt ended, as recorded.

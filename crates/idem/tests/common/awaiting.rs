@@ -63,15 +63,7 @@ pub async fn running_with_unknown_intent_of(
     let idem = client(db, None);
     let protocol = WorkerProtocol::new(idem.clone(), config(QUEUE, 1)).unwrap();
     let (job, held) = running_with_intent(&idem, &protocol, new).await;
-    let finish = IntentFinish {
-        token: held.token(),
-        outcome: IntentOutcome::Unknown {
-            error: "the answer never came".into(),
-        },
-        now: None,
-    };
-    let unknown = idem.store().intent_finish(finish).await.unwrap();
-    assert_eq!(unknown.state, IntentState::Unknown);
+    let unknown = mark_unknown(&idem, &held).await;
     (idem, protocol, job, unknown)
 }
 
@@ -107,4 +99,34 @@ pub async fn dead_awaiting_unknown_intent(
         "the job stops to await its intent"
     );
     (idem, protocol, job, unknown)
+}
+
+/// Marks intent `held` (begun, in progress) `unknown`: the call may or may not have been
+/// applied. Returns the row.
+pub async fn mark_unknown(idem: &Idem, held: &IntentRow) -> IntentRow {
+    let finish = IntentFinish {
+        token: held.token(),
+        outcome: IntentOutcome::Unknown {
+            error: "the answer never came".into(),
+        },
+        now: None,
+    };
+    let unknown = idem.store().intent_finish(finish).await.unwrap();
+    assert_eq!(unknown.state, IntentState::Unknown);
+    unknown
+}
+
+/// A second `pay` job of the same logical request (same key, same fingerprint),
+/// enqueued and claimed: its begin meets the first job's unknown intent. Returns the
+/// claimed job and the intent as its begin met it.
+pub async fn second_job_meeting(idem: &Idem, protocol: &WorkerProtocol) -> (JobRow, IntentRow) {
+    let second = Job::new("pay", json!({"order": 1, "copy": 2})).queue(QUEUE);
+    let id = idem.enqueue(second).await.unwrap().job.id;
+    let claimed = protocol.claim(claim_one()).await.unwrap().remove(0);
+    assert_eq!(claimed.id, id);
+    let met = begin(idem, claimed.lease_token()).await;
+    let IntentBegun::Reconcile(row) = met else {
+        panic!("the second job meets the unknown intent: {met:?}");
+    };
+    (claimed, row)
 }
