@@ -30,17 +30,10 @@ static UNFENCED: [Broken; 6] = [
         include_str!("../queries/job/lock.sql"),
         &[("fence = $2 AND state = 'running'", "$2::bigint IS NOT NULL")],
     ),
-    // Completion in the effect transaction and on the pool; its attempt row is kept
-    // when one is recorded under the job's current fence already.
+    // Completion in the effect transaction and on the pool.
     Broken::new(
         include_str!("../queries/job/complete.sql"),
-        &[
-            ("fence = $2 AND state = 'running'", "$2::bigint IS NOT NULL"),
-            (
-                "FROM done\n)",
-                "FROM done\n    ON CONFLICT (job_id, fence) DO NOTHING\n)",
-            ),
-        ],
+        &[("fence = $2 AND state = 'running'", "$2::bigint IS NOT NULL")],
     ),
     // The worker's batched completion: every listed job, whatever its fence and state.
     Broken::new(
@@ -51,12 +44,8 @@ static UNFENCED: [Broken; 6] = [
                 "\n    WHERE",
             ),
             (
-                "AND idem_job.fence = locked.fence\n      AND idem_job.state = 'running'\n      ",
+                "AND idem_job.fence = locked.fence\n  AND idem_job.state = 'running'\n  ",
                 "",
-            ),
-            (
-                "FROM done\n)",
-                "FROM done\n    ON CONFLICT (job_id, fence) DO NOTHING\n)",
             ),
         ],
     ),

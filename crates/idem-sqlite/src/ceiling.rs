@@ -20,10 +20,8 @@ const CLAIM: &str = include_str!("../queries/job/claim.sql");
 const LOCK: &str = include_str!("../queries/job/lock.sql");
 const COMPLETE: &str = include_str!("../queries/job/complete.sql");
 const GET: &str = include_str!("../queries/job/get.sql");
-const ATTEMPT: &str = include_str!("../queries/job_attempt/insert.sql");
 const NEXT_ID: &str = include_str!("../queries/job/next_id.sql");
 const COMPLETE_MANY: &str = include_str!("../queries/job/complete_many.sql");
-const ATTEMPTS_COMPLETED: &str = include_str!("../queries/job_attempt/insert_completed.sql");
 /// Lease of the ceiling's claims: long enough for any run.
 const LEASE_MS: i64 = 3_600_000;
 const WORKER: &str = "bench-ceiling";
@@ -129,8 +127,8 @@ pub fn claim_all(path: &Path, queue: &str, batch: usize) -> StoreResult<Vec<Leas
 
 /// The fenced path of each claimed job in `leases`, one after another on one connection:
 /// the fence check (`job/lock.sql`), the effect row (`effect_sql`, binding the job id and
-/// fence as `$1`, `$2`), the completion (`job/complete.sql`, then the row by `job/get.sql`) and its attempt row
-/// (`job_attempt/insert.sql`). Each job is a `SAVEPOINT` released after its completion,
+/// fence as `$1`, `$2`) and the completion (`job/complete.sql`, then the row by
+/// `job/get.sql`; a completed attempt has no attempt row). Each job is a `SAVEPOINT` released after its completion,
 /// and every `group` jobs share one `BEGIN IMMEDIATE … COMMIT` (group 1: a transaction
 /// per job, without a savepoint). Returns the time the loop took.
 pub fn fenced(
@@ -176,11 +174,6 @@ fn fenced_job(c: &Connection, lease: LeaseToken, effect_sql: &str) -> StoreResul
     if !get.exists([id]).map_err(interpret_error)? {
         return Err(StoreError::lease_lost(lease));
     }
-    exec(
-        c,
-        ATTEMPT,
-        params![id, "completed", None::<String>, None::<i64>, None::<String>],
-    )?;
     Ok(())
 }
 
@@ -234,7 +227,7 @@ pub fn bulk(
 }
 
 /// The no-op drain of `queue` on one connection: claim `batch` jobs (one transaction),
-/// complete them all with their attempt rows (another), until the queue is empty.
+/// complete them all (another), until the queue is empty.
 /// Returns the jobs drained and the time it took.
 pub fn drain(
     path: &Path,
@@ -255,22 +248,18 @@ pub fn drain(
     }
 }
 
-/// `job/complete_many.sql` and the attempt rows of the jobs it completed, in one
-/// `BEGIN IMMEDIATE` transaction (the store's `job_complete_many`).
+/// `job/complete_many.sql` in one `BEGIN IMMEDIATE` transaction (the store's
+/// `job_complete_many`).
 fn complete_many(c: &Connection, leases: &[LeaseToken]) -> StoreResult<()> {
     let list = serde_json::to_string(leases)
         .map_err(|e| StoreError::Invalid(format!("cannot encode the leases: {e}")))?;
     c.execute_batch("BEGIN IMMEDIATE")
         .map_err(interpret_error)?;
     let mut stmt = c.prepare_cached(COMPLETE_MANY).map_err(interpret_error)?;
-    let ids = stmt
-        .query_map(params![list, None::<i64>, true], |r| r.get::<_, i64>(0))
+    stmt.query_map(params![list, None::<i64>, true], |r| r.get::<_, i64>(0))
         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
         .map_err(interpret_error)?;
     drop(stmt);
-    let ids = serde_json::to_string(&ids)
-        .map_err(|e| StoreError::Invalid(format!("cannot encode the ids: {e}")))?;
-    exec(c, ATTEMPTS_COMPLETED, [ids])?;
     c.execute_batch("COMMIT").map_err(interpret_error)
 }
 
@@ -345,7 +334,8 @@ mod tests {
         assert_eq!(count(&store, done).await, 20);
         assert_eq!(
             count(&store, "SELECT count(*) FROM idem_job_attempt").await,
-            20
+            0,
+            "a completed attempt is its job's row"
         );
         assert_eq!(count(&store, "SELECT count(*) FROM bench_effect").await, 10);
         store.close().await;

@@ -24,7 +24,7 @@ use idem_store::chaos::Broken;
 /// The statements of `chaos-break-fence`, each as its operation loads it with the cut
 /// that removes its fence check.
 #[cfg(feature = "chaos-break-fence")]
-static UNFENCED: [Broken; 8] = [
+static UNFENCED: [Broken; 7] = [
     // The fence check that opens an effect transaction: any claim of the job passes.
     Broken::new(
         include_str!("../queries/job/lock.sql"),
@@ -65,13 +65,6 @@ static UNFENCED: [Broken; 8] = [
         &[(
             "(?5 IS NULL OR state = ?5)",
             "(?5 IS NULL OR state = ?5)\nON CONFLICT (job_id, fence) DO NOTHING",
-        )],
-    ),
-    Broken::new(
-        include_str!("../queries/job_attempt/insert_completed.sql"),
-        &[(
-            "FROM json_each(?1))",
-            "FROM json_each(?1))\nON CONFLICT (job_id, fence) DO NOTHING",
         )],
     ),
 ];

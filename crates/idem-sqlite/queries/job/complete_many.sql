@@ -3,7 +3,8 @@
 -- store's one-hop path, whose caller completes them again in a transaction that counts
 -- their batches). Returns the ids completed, each with its batch: a lease missing from
 -- the result was not completed and nothing was written for it. The results of the jobs
--- completed are kept by job/set_result.sql, in the same transaction.
+-- completed are kept by job/set_result.sql, in the same transaction. Each completed
+-- attempt is its job's row itself: no attempt row (job_attempt/list.sql).
 UPDATE idem_job
 SET state = 'completed',
     finalized_at = coalesce(?2, CAST(unixepoch('subsec') * 1000 AS INTEGER)),

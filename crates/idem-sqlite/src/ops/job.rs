@@ -290,12 +290,9 @@ pub(crate) fn complete(c: &Connection, p: &JobComplete, batches: bool) -> StoreR
         0 => None,
         _ => get(c, p.lease.job_id)?,
     };
-    let job = job.ok_or(StoreError::lease_lost(p.lease))?;
-    job_attempt::insert(
-        c,
-        AttemptRecord::of(&job, AttemptOutcome::Completed, None, p.now),
-    )?;
-    Ok(job)
+    // The completed attempt is the job's row itself: no attempt row (see
+    // job_attempt/list.sql).
+    job.ok_or(StoreError::lease_lost(p.lease))
 }
 
 /// Completes many jobs, each under its fence, and keeps their results; `batches` as for
@@ -316,9 +313,8 @@ pub(crate) fn complete_many(
     if done.is_empty() {
         return Ok(done);
     }
-    let ids: Vec<i64> = done.iter().map(|d| d.job_id).collect();
-    job_attempt::insert_completed(c, &ids)?;
     if !p.results.is_empty() {
+        let ids: Vec<i64> = done.iter().map(|d| d.job_id).collect();
         let completed: std::collections::HashSet<i64> = ids.into_iter().collect();
         let sql = include_str!("../../queries/job/set_result.sql");
         let mut stmt = c.prepare_cached(sql).map_err(interpret_error)?;

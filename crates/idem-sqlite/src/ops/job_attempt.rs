@@ -1,6 +1,7 @@
-//! The attempt history (`queries/job_attempt/`): one row per finished claim, written in
-//! the transaction of the state change it records; listed per job, and its earliest
-//! start per job read; deleted with its job.
+//! The attempt history (`queries/job_attempt/`): one row per finished claim that did not
+//! complete the job, written in the transaction of the state change it records (a
+//! completed attempt is the job's row itself); listed per job, and its earliest start
+//! per job read; deleted with its job.
 //!
 //! SQLite dialect: the job statements cannot write attempt rows themselves (no
 //! data-modifying CTEs), so the job operations call these right after their update.
@@ -58,14 +59,6 @@ pub(super) fn insert(c: &Connection, rec: AttemptRecord<'_>) -> StoreResult<()> 
     let state = rec.only_if_state;
     let args = params![rec.job_id, rec.outcome.as_str(), rec.error, now, state];
     exec(c, sql, args)
-}
-
-/// The `completed` attempt rows of the jobs complete-many just completed.
-pub(super) fn insert_completed(c: &Connection, ids: &[i64]) -> StoreResult<()> {
-    let sql = include_str!("../../queries/job_attempt/insert_completed.sql");
-    #[cfg(feature = "chaos-break-fence")]
-    let sql = crate::chaos::unfenced(sql);
-    exec(c, sql, [json_list(&ids)?])
 }
 
 /// The attempt history of jobs just deleted.

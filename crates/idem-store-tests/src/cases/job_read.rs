@@ -162,6 +162,22 @@ pub async fn read_attempts_oldest_first(db: &TestDb) {
     let fresh = insert_one(db, job("fresh"), t0()).await;
     assert!(attempts(db, fresh.id).await.is_empty());
     assert!(attempts(db, row.id + 1_000).await.is_empty());
+    // A completed attempt has no row of its own (its job's row stands for it); one that
+    // an earlier build recorded is read instead, never both.
+    let recorded = "INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, error, \
+                    started_at, finished_at) \
+                    SELECT id, attempt, fence, 'completed', NULL, attempted_at, finalized_at \
+                    FROM idem_job WHERE id = $1";
+    let mut tx = db.store.begin().await.expect("begin");
+    let written = tx.execute(recorded, &[row.id.into()]).await;
+    assert_eq!(written.expect("an earlier build's row"), 1);
+    tx.commit().await.expect("commit");
+    let again: Vec<_> = attempts(db, row.id)
+        .await
+        .iter()
+        .map(|a| (a.attempt, a.fence, a.outcome, a.started_at, a.finished_at))
+        .collect();
+    assert_eq!(again, expected);
 }
 
 /// `job_first_attempts` gives, per listed job, when its earliest recorded attempt
@@ -187,13 +203,22 @@ pub async fn read_first_attempts_are_the_earliest_start_per_job(db: &TestDb) {
     db.store.job_fail(snooze).await.expect("snooze");
     claim(db, "b", 1, at(3_000)).await.remove(0);
     let never = insert_one(db, job_in("c", "never"), t0()).await;
-    let asked = vec![never.id, snoozed.id, twice.id, twice.id + 1_000];
+    let once = running(db, job_in("d", "once"), at(4_000)).await;
+    complete(db, once.lease_token(), at(4_001))
+        .await
+        .expect("complete");
+    let asked = vec![never.id, snoozed.id, twice.id, once.id, twice.id + 1_000];
     let first = db
         .store
         .job_first_attempts(asked)
         .await
         .expect("first attempts");
-    assert_eq!(first, vec![(twice.id, t0()), (snoozed.id, at(2_000))]);
+    let expected = vec![
+        (twice.id, t0()),
+        (snoozed.id, at(2_000)),
+        (once.id, at(4_000)),
+    ];
+    assert_eq!(first, expected, "a completed first attempt counts too");
     let none = db.store.job_first_attempts(vec![]).await.expect("none");
     assert!(none.is_empty());
 }
