@@ -172,6 +172,10 @@ impl Store for PgStore {
         ops::job::get(&self.pool, id).await
     }
 
+    async fn job_awaiting(&self, key: String) -> StoreResult<Option<JobRow>> {
+        ops::job::awaiting(&self.pool, key).await
+    }
+
     async fn job_list(&self, p: JobList) -> StoreResult<Vec<JobRow>> {
         ops::job::list(&self.pool, p).await
     }

@@ -224,6 +224,10 @@ impl Store for SqliteStore {
         self.readers.run(move |c| ops::job::get(c, id)).await
     }
 
+    async fn job_awaiting(&self, key: String) -> StoreResult<Option<JobRow>> {
+        self.readers.run(move |c| ops::job::awaiting(c, &key)).await
+    }
+
     async fn job_list(&self, p: JobList) -> StoreResult<Vec<JobRow>> {
         self.readers.run(move |c| ops::job::list(c, &p)).await
     }

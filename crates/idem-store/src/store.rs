@@ -52,6 +52,10 @@ pub trait Store: Send + Sync + 'static {
     /// One job by id.
     async fn job_get(&self, id: i64) -> StoreResult<Option<JobRow>>;
 
+    /// The oldest job that awaited intent `key` (see [`StoreTx::job_await_intent`]),
+    /// whatever its state; `None` when none did.
+    async fn job_awaiting(&self, key: String) -> StoreResult<Option<JobRow>>;
+
     /// Jobs matching the filters, newest first.
     async fn job_list(&self, params: JobList) -> StoreResult<Vec<JobRow>>;
 

@@ -23,19 +23,6 @@ use idem_store_tests::TestDb;
 use idem_store_tests::fixture::{assert_waits_for, spawn_started};
 use serde_json::json;
 
-/// A second job with the same logical request as the first (same key, same
-/// fingerprint), claimed by the same worker elsewhere: it begins the key, meets the
-/// first job's `unknown` intent (`Reconcile`), and stops (dead) to await it.
-async fn second_job_awaiting(idem: &Idem, protocol: &WorkerProtocol) -> JobRow {
-    let (claimed, row) = second_job_meeting(idem, protocol).await;
-    let dead = protocol
-        .fail(&claimed, awaiting_reconciliation(&row))
-        .await
-        .unwrap();
-    assert_eq!(dead.state, JobState::Dead, "it stops to await the intent");
-    claimed
-}
-
 /// Found by the attack (both stores), fixed by 4c04b01. The dead-job purge
 /// (`purge/jobs.sql`) kept a dead job only
 /// when an intent *whose `job_id` is that job* is in progress, unknown or manual. A job
@@ -53,14 +40,7 @@ async fn second_job_awaiting(idem: &Idem, protocol: &WorkerProtocol) -> JobRow {
 /// intent `manual`. A dead-job purge runs with a cutoff past both jobs' finalization
 /// (their retention passed). The operator settles the intent.
 async fn a_dead_job_purge_keeps_a_job_awaiting_another_jobs_intent(db: &TestDb) {
-    let (idem, protocol, a, _) = dead_awaiting_unknown_intent(db).await;
-    let b = second_job_awaiting(&idem, &protocol).await;
-
-    let manual = IntentResolution::Manual {
-        error: "the remote could not tell".into(),
-    };
-    let (parked, back) = idem.resolve_intent(KEY, manual).await.unwrap();
-    assert_eq!((parked.state, back), (IntentState::Manual, false));
+    let (idem, _protocol, a, b) = two_awaiting_a_parked_intent(db).await;
 
     // The dead-job retention passes while the intent waits for an operator.
     let past_retention = db.store.now().await.unwrap() + chrono::Duration::hours(1);

@@ -1,7 +1,8 @@
 -- Operator retry: dead or cancelled jobs $1 (bigint[]) back to available at $2
--- (timestamptz, NULL = database clock) with attempt 0 and no snoozes, a fresh start,
--- awaiting no intent. The fence is kept (it only ever grows), as are the attempt history
--- and last_error. Each row changed comes back with the state it left (`was`), which its
+-- (timestamptz, NULL = database clock) with attempt 0 and no snoozes, a fresh start.
+-- The fence is kept (it only ever grows), as are the attempt history,
+-- last_error and the intent it last awaited (so the intent purge keeps that intent's
+-- outcome for it). Each row changed comes back with the state it left (`was`), which its
 -- batch's counts give back.
 -- PostgreSQL dialect: RETURNING sees only the new row, so the old state is read by the
 -- CTE that locks the rows (in id order); the state predicate stands on the outer UPDATE
@@ -19,8 +20,7 @@ SET state = 'available',
     run_at = coalesce($2::timestamptz, now()),
     finalized_at = NULL,
     lease_owner = NULL,
-    lease_expires_at = NULL,
-    awaits_intent = NULL
+    lease_expires_at = NULL
 FROM prior
 WHERE idem_job.id = prior.id AND idem_job.state IN ('dead', 'cancelled')
 RETURNING idem_job.*, prior.state AS was

@@ -1,8 +1,10 @@
 -- Purges up to $2 completed, failed or released intents created and last changed before
 -- $1 (timestamptz), oldest first, except those of a job that may still run again (it
 -- exists and is not completed), which must find its intent's stored outcome instead of
--- calling again. Intents in progress, unknown, duplicate or manual are never purged
--- here: they await their holder, a reconciler or an operator.
+-- calling again; so are those a job that may still run awaited (`awaits_intent`: a
+-- second job of the same logical request, put back when the intent was settled). Intents
+-- in progress, unknown, duplicate or manual are never purged here: they await their
+-- holder, a reconciler or an operator.
 -- The predicates stand on the outer DELETE as well as in the subquery that picks the
 -- oldest, so an intent resolved meanwhile (completed → duplicate by the audit) is kept.
 -- The job's state is read from the statement's snapshot, which a delete that waited for
@@ -22,6 +24,8 @@ WITH gone AS (
               AND coalesce((SELECT j.state FROM idem_job AS j WHERE j.id = o.job_id),
                            'completed') NOT IN ('scheduled', 'available', 'running',
                                                 'retryable', 'dead', 'cancelled')
+              AND NOT EXISTS (SELECT 1 FROM idem_job AS w
+                              WHERE w.awaits_intent = o.key AND w.state <> 'completed')
             ORDER BY o.created_at
             LIMIT $2))
       AND i.created_at < $1
@@ -30,6 +34,8 @@ WITH gone AS (
       AND coalesce((SELECT j.state FROM idem_job AS j WHERE j.id = i.job_id),
                    'completed') NOT IN ('scheduled', 'available', 'running', 'retryable',
                                         'dead', 'cancelled')
+      AND NOT EXISTS (SELECT 1 FROM idem_job AS w
+                      WHERE w.awaits_intent = i.key AND w.state <> 'completed')
     RETURNING 1
 )
 SELECT count(*) FROM gone

@@ -35,6 +35,19 @@ where
     row.as_ref().map(row::job).transpose()
 }
 
+/// The oldest job that awaited intent `key`.
+pub(crate) async fn awaiting<'e, E>(ex: E, key: String) -> StoreResult<Option<JobRow>>
+where
+    E: Executor<'e, Database = Postgres>,
+{
+    let row = sqlx::query(include_str!("../../queries/job/awaiting.sql"))
+        .bind(key)
+        .fetch_optional(ex)
+        .await
+        .map_err(interpret_error)?;
+    row.as_ref().map(row::job).transpose()
+}
+
 pub(crate) async fn list<'e, E>(ex: E, p: JobList) -> StoreResult<Vec<JobRow>>
 where
     E: Executor<'e, Database = Postgres>,

@@ -1,7 +1,7 @@
 -- Operator retry: dead or cancelled jobs ?1 (JSON array of ids) back to available at ?2
--- (ms, NULL = database clock) with attempt 0 and no snoozes, a fresh start, awaiting no
--- intent. The fence is kept (it only ever grows), as are the attempt history and
--- last_error.
+-- (ms, NULL = database clock) with attempt 0 and no snoozes, a fresh start. The fence
+-- is kept (it only ever grows), as are the attempt history, last_error and the intent it
+-- last awaited (so the intent purge keeps that intent's outcome for it).
 UPDATE idem_job
 SET state = 'available',
     attempt = 0,
@@ -9,7 +9,6 @@ SET state = 'available',
     run_at = coalesce(?2, CAST(unixepoch('subsec') * 1000 AS INTEGER)),
     finalized_at = NULL,
     lease_owner = NULL,
-    lease_expires_at = NULL,
-    awaits_intent = NULL
+    lease_expires_at = NULL
 WHERE id IN (SELECT value FROM json_each(?1)) AND state IN ('dead', 'cancelled')
 RETURNING *

@@ -30,6 +30,12 @@ pub(crate) fn get(c: &Connection, id: i64) -> StoreResult<Option<JobRow>> {
     Ok(jobs.into_iter().next())
 }
 
+/// The oldest job that awaited intent `key`.
+pub(crate) fn awaiting(c: &Connection, key: &str) -> StoreResult<Option<JobRow>> {
+    let jobs = job_rows(c, include_str!("../../queries/job/awaiting.sql"), [key])?;
+    Ok(jobs.into_iter().next())
+}
+
 pub(crate) fn list(c: &Connection, p: &JobList) -> StoreResult<Vec<JobRow>> {
     let sql = include_str!("../../queries/job/list.sql");
     let state = p.state.map(|s| s.as_str());

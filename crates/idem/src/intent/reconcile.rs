@@ -239,9 +239,15 @@ impl Reconciler {
     }
 
     /// Looks the job's handler's call up; `None` when this process has no handler for
-    /// the job's kind (or the job is gone).
+    /// the job's kind (or no job is left). When the intent's own job is gone (an operator
+    /// discarded it), a job that awaited the intent (the same logical request) stands in
+    /// for it, so the jobs awaiting the intent are not left dead for good.
     async fn lookup(&self, row: &IntentRow) -> Result<Option<Lookup>, IdemError> {
-        let Some(job) = self.idem.store.job_get(row.job_id).await? else {
+        let job = match self.idem.store.job_get(row.job_id).await? {
+            Some(job) => Some(job),
+            None => self.idem.store.job_awaiting(row.key.clone()).await?,
+        };
+        let Some(job) = job else {
             return Ok(None);
         };
         let Some(handler) = self.handlers.get(&job.kind) else {

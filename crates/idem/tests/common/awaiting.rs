@@ -130,3 +130,25 @@ pub async fn second_job_meeting(idem: &Idem, protocol: &WorkerProtocol) -> (JobR
     };
     (claimed, row)
 }
+
+/// [`second_job_meeting`], then the second job stops (dead) to await the intent.
+pub async fn second_job_awaiting(idem: &Idem, protocol: &WorkerProtocol) -> JobRow {
+    let (claimed, row) = second_job_meeting(idem, protocol).await;
+    let error = idem::intent::awaiting_reconciliation(&row);
+    let dead = protocol.fail(&claimed, error).await.unwrap();
+    assert_eq!(dead.state, JobState::Dead, "it stops to await the intent");
+    claimed
+}
+
+/// Two jobs of one logical request dead awaiting its intent, which a reconciler parked
+/// `manual` (the remote could not tell): the client, the protocol and the two jobs.
+pub async fn two_awaiting_a_parked_intent(db: &TestDb) -> (Idem, WorkerProtocol, JobRow, JobRow) {
+    let (idem, protocol, a, _) = dead_awaiting_unknown_intent(db).await;
+    let b = second_job_awaiting(&idem, &protocol).await;
+    let manual = IntentResolution::Manual {
+        error: "the remote could not tell".into(),
+    };
+    let (parked, back) = idem.resolve_intent(KEY, manual).await.unwrap();
+    assert_eq!((parked.state, back), (IntentState::Manual, false));
+    (idem, protocol, a, b)
+}
