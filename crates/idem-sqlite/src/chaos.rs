@@ -8,9 +8,8 @@
 //! current fence and state. Each statement is the file the operation loads with its cut
 //! applied; a cut that no longer finds its text stops the store as it opens ([`check`]).
 //! The fence parameter stays referenced (`?N IS NOT NULL`): SQLite counts a statement's
-//! parameters by the highest `?N` it uses. A claim's finished attempt whose
-//! `(job_id, fence)` is already recorded (a stale completion of a job that the current
-//! claim completed, or the other way round) is skipped instead of failing the completion.
+//! parameters by the highest `?N` it uses. A completion writes no attempt row, so a
+//! stale completion of a job that the current claim completed commits.
 //! `job/fail.sql` and `job/heartbeat.sql` keep their fence: a stale heartbeat still finds
 //! its lease lost (the engine then keeps it from its handler), and a stale failure cannot
 //! reopen a finished job.
@@ -24,7 +23,7 @@ use idem_store::chaos::Broken;
 /// The statements of `chaos-break-fence`, each as its operation loads it with the cut
 /// that removes its fence check.
 #[cfg(feature = "chaos-break-fence")]
-static UNFENCED: [Broken; 7] = [
+static UNFENCED: [Broken; 6] = [
     // The fence check that opens an effect transaction: any claim of the job passes.
     Broken::new(
         include_str!("../queries/job/lock.sql"),
@@ -57,15 +56,6 @@ static UNFENCED: [Broken; 7] = [
     Broken::new(
         include_str!("../queries/counter/bump.sql"),
         &[("fence = ?3 AND state = 'running'", "?3 IS NOT NULL")],
-    ),
-    // A stale completion records an attempt under the job's current fence, which the
-    // current claim's completion may have recorded already (or will): keep the first.
-    Broken::new(
-        include_str!("../queries/job_attempt/insert.sql"),
-        &[(
-            "(?5 IS NULL OR state = ?5)",
-            "(?5 IS NULL OR state = ?5)\nON CONFLICT (job_id, fence) DO NOTHING",
-        )],
     ),
 ];
 

@@ -53,8 +53,6 @@ impl<'a> AttemptRecord<'a> {
 
 pub(super) fn insert(c: &Connection, rec: AttemptRecord<'_>) -> StoreResult<()> {
     let sql = include_str!("../../queries/job_attempt/insert.sql");
-    #[cfg(feature = "chaos-break-fence")]
-    let sql = crate::chaos::unfenced(sql);
     let now = rec.now.map(ts_to_ms);
     let state = rec.only_if_state;
     let args = params![rec.job_id, rec.outcome.as_str(), rec.error, now, state];
