@@ -27,6 +27,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0014_job_trace.sql"),
         include_str!("../migrations/0015_state_checks.sql"),
         include_str!("../migrations/0016_job_awaits_intent.sql"),
+        include_str!("../migrations/0017_job_awaited_intent.sql"),
     ])
 }
 
@@ -236,8 +237,9 @@ mod tests {
             )
             .expect("indexes");
         assert_eq!(
-            indexes, 6,
-            "claim, lease, state, finalized and batch (rebuilt by 0015), awaits_intent (0016)"
+            indexes, 7,
+            "claim, lease, state, finalized and batch (rebuilt by 0015), awaits_intent \
+             (0016), awaited_intent (0017)"
         );
     }
 

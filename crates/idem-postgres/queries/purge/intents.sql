@@ -1,7 +1,7 @@
 -- Purges up to $2 completed, failed or released intents created and last changed before
 -- $1 (timestamptz), oldest first, except those of a job that may still run again (it
 -- exists and is not completed), which must find its intent's stored outcome instead of
--- calling again; so are those a job that may still run awaited (`awaits_intent`: a
+-- calling again; so are those a job that may still run awaited (`awaited_intent`: a
 -- second job of the same logical request, put back when the intent was settled). Intents
 -- in progress, unknown, duplicate or manual are never purged here: they await their
 -- holder, a reconciler or an operator.
@@ -25,7 +25,7 @@ WITH gone AS (
                            'completed') NOT IN ('scheduled', 'available', 'running',
                                                 'retryable', 'dead', 'cancelled')
               AND NOT EXISTS (SELECT 1 FROM idem_job AS w
-                              WHERE w.awaits_intent = o.key AND w.state <> 'completed')
+                              WHERE w.awaited_intent = o.key AND w.state <> 'completed')
             ORDER BY o.created_at
             LIMIT $2))
       AND i.created_at < $1
@@ -35,7 +35,7 @@ WITH gone AS (
                    'completed') NOT IN ('scheduled', 'available', 'running', 'retryable',
                                         'dead', 'cancelled')
       AND NOT EXISTS (SELECT 1 FROM idem_job AS w
-                      WHERE w.awaits_intent = i.key AND w.state <> 'completed')
+                      WHERE w.awaited_intent = i.key AND w.state <> 'completed')
     RETURNING 1
 )
 SELECT count(*) FROM gone

@@ -7,4 +7,4 @@ WHERE i.created_at < ?1
   AND i.state IN ('completed', 'failed', 'released')
   AND NOT EXISTS (SELECT 1 FROM idem_job AS j WHERE j.id = i.job_id AND j.state <> 'completed')
   AND NOT EXISTS (SELECT 1 FROM idem_job AS w
-                  WHERE w.awaits_intent = i.key AND w.state <> 'completed')
+                  WHERE w.awaited_intent = i.key AND w.state <> 'completed')
