@@ -205,6 +205,12 @@ impl Store for SqliteStore {
     }
 
     async fn migrate(&self) -> StoreResult<usize> {
+        // Read first: a process starting against an up-to-date schema takes no write
+        // lock, so it does not queue behind other processes' writes to start.
+        let status = self.readers.run(migrate::status).await?;
+        if status.pending.is_empty() && status.newer.is_empty() {
+            return Ok(0);
+        }
         self.write(migrate::run).await
     }
 
