@@ -294,13 +294,23 @@ pub async fn assert_waits_for<T>(
 /// Polls the server's lock graph (`pg_blocking_pids`), not a clock; wrap it in
 /// [`crate::harness::within`] so a missing waiter fails instead of hanging.
 pub async fn pg_wait_until_blocked_by(db: &TestDb, tx: &mut Box<dyn idem_store::StoreTx>) {
+    pg_wait_until_n_blocked_by(db, tx, 1).await
+}
+
+/// PostgreSQL only: [`pg_wait_until_blocked_by`] until `n` other connections wait for
+/// locks that `tx` holds.
+pub async fn pg_wait_until_n_blocked_by(
+    db: &TestDb,
+    tx: &mut Box<dyn idem_store::StoreTx>,
+    n: i64,
+) {
     let pid = tx
         .query("SELECT pg_backend_pid()", &[])
         .await
         .expect("pg_backend_pid")
         .remove(0)
         .remove(0);
-    pg_poll(db, "$1::int = ANY(pg_blocking_pids(pid))", pid).await
+    pg_poll_n(db, "$1::int = ANY(pg_blocking_pids(pid))", pid, n).await
 }
 
 /// PostgreSQL only: returns once the server backend `pid` waits for a lock (whoever
@@ -316,6 +326,11 @@ pub async fn pg_wait_until_waiting(db: &TestDb, pid: i64) {
 
 /// Polls until some backend of `pg_stat_activity` matches `condition` (with `$1` bound).
 async fn pg_poll(db: &TestDb, condition: &str, arg: idem_store::SqlValue) {
+    pg_poll_n(db, condition, arg, 1).await
+}
+
+/// Polls until at least `n` backends of `pg_stat_activity` match `condition`.
+async fn pg_poll_n(db: &TestDb, condition: &str, arg: idem_store::SqlValue, n: i64) {
     assert_eq!(
         db.backend,
         crate::Backend::Postgres,
@@ -328,7 +343,7 @@ async fn pg_poll(db: &TestDb, condition: &str, arg: idem_store::SqlValue) {
             .query(&sql, std::slice::from_ref(&arg))
             .await
             .expect("pg_stat_activity");
-        if rows[0][0].as_i64().is_some_and(|n| n > 0) {
+        if rows[0][0].as_i64().is_some_and(|count| count >= n) {
             return;
         }
         tokio::task::yield_now().await;

@@ -48,9 +48,7 @@ impl IntentState {
     pub fn awaits_settlement(self) -> bool {
         matches!(self, IntentState::Unknown | IntentState::Manual)
     }
-}
 
-impl IntentState {
     /// Every state, in lifecycle order.
     pub const ALL: [IntentState; 7] = [
         IntentState::InProgress,

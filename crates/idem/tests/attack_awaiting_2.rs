@@ -20,7 +20,7 @@ use idem::{
 };
 use idem_store::{IntentBegun, JobFail};
 use idem_store_tests::TestDb;
-use idem_store_tests::fixture::{assert_waits_for, spawn_started};
+use idem_store_tests::fixture::{assert_waits_for, pg_wait_until_n_blocked_by, spawn_started};
 use serde_json::json;
 
 /// Found by the attack (both stores), fixed by 4c04b01. The dead-job purge
@@ -280,31 +280,7 @@ async fn two_dead_writes_wait_for_one_resolution_and_both_are_put_back(db: &Test
     assert_waits_for(db, &mut resolver, &racer_a).await;
     let (jb, eb) = (b.clone(), awaiting_reconciliation(&row));
     let racer_b = spawn_started(async move { pb.fail(&jb, eb).await }).await;
-    let pid = resolver
-        .query("SELECT pg_backend_pid()", &[])
-        .await
-        .unwrap()
-        .remove(0)
-        .remove(0);
-    let both = async {
-        loop {
-            let n = db
-                .store
-                .query(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE $1::int = ANY(pg_blocking_pids(pid))",
-                    std::slice::from_ref(&pid),
-                )
-                .await
-                .unwrap()
-                .remove(0)
-                .remove(0);
-            if n == idem_store::SqlValue::Int(2) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
+    let both = pg_wait_until_n_blocked_by(db, &mut resolver, 2);
     idem_store_tests::harness::within(30, "both dead writes wait", both).await;
     resolver.commit().await.unwrap();
 

@@ -9,7 +9,7 @@ use crate::client::Idem;
 use crate::error::IdemError;
 
 /// The states an operator may settle an intent from: unknown outcomes, and those
-/// reconciliation parked.
+/// reconciliation parked (those whose [`IntentState::awaits_settlement`] holds).
 pub const OPERATOR_FROM: [IntentState; 2] = [IntentState::Unknown, IntentState::Manual];
 
 impl Idem {
@@ -37,7 +37,7 @@ impl Idem {
         let Some(row) = self.intent(key).await? else {
             return Err(StoreError::not_found(format!("intent {key:?}")).into());
         };
-        if !OPERATOR_FROM.contains(&row.state) {
+        if !row.state.awaits_settlement() {
             return Err(StoreError::Conflict(format!(
                 "intent {key:?} is {}; only unknown or manual intents are settled by hand \
                  (an intent in progress has a live holder, and a settled one needs nothing)",
@@ -51,30 +51,31 @@ impl Idem {
             resolution,
             now: self.clock.now(),
         };
-        let parks = matches!(params.resolution, IntentResolution::Manual { .. });
-        let (settled, back) = self.settle_intent(params, !parks).await?;
+        let (settled, back) = self.settle_intent(params).await?;
         Ok((settled, back > 0))
     }
 
-    /// Resolves an intent and, when `put_back`, puts every dead job that stopped to await
-    /// it back to run, in one transaction: a resolution never commits without the
-    /// put-back it owes. Forced past the effect-key window check: each job's outcome was
-    /// pending on this intent, not on a new horizon. Returns the intent as settled and
-    /// how many jobs were put back.
+    /// Resolves an intent and puts every dead job that stopped to await it back to run,
+    /// in one transaction: a resolution never commits without the put-back it owes. A
+    /// resolution that parks the intent for an operator (`manual`) puts nothing back.
+    /// (No dead job awaits an intent settled before, so the audit's completed →
+    /// duplicate finds none.) Forced past the effect-key window check: each job's
+    /// outcome was pending on this intent, not on a new horizon. Returns the intent as
+    /// settled and how many jobs were put back.
     pub(crate) async fn settle_intent(
         &self,
         params: IntentResolve,
-        put_back: bool,
     ) -> Result<(IntentRow, usize), StoreError> {
         let now = params.now;
+        let parks = matches!(params.resolution, IntentResolution::Manual { .. });
         let mut tx = self.store.begin().await?;
         let settled = tx.intent_resolve(params).await?;
-        let back = match put_back {
-            true => {
+        let back = match parks {
+            true => 0,
+            false => {
                 let key = settled.key.clone();
                 tx.job_put_back(JobPutBack { key, now }).await?.len()
             }
-            false => 0,
         };
         tx.commit().await?;
         Ok((settled, back))

@@ -297,10 +297,8 @@ impl Reconciler {
                 IntentResolution::Manual { error: why }
             }
         };
-        // Parked for an operator, its jobs stay dead until the operator settles it.
-        let put_back = !matches!(resolution, IntentResolution::Manual { .. });
         let from = vec![IntentState::Unknown];
-        let back = self.resolve(&row, from, resolution, put_back, report);
+        let back = self.resolve(&row, from, resolution, report);
         report.jobs_retried += back.await?.unwrap_or(0) as u64;
         Ok(())
     }
@@ -315,23 +313,21 @@ impl Reconciler {
             report.audit_duplicates += 1;
             self.idem.metrics.duplicate_intent();
             tracing::warn!(key = %row.key, copies = ?remote_refs, "late duplicate remote effect");
-            // The job finished with the call: a late copy found now changes nothing of it.
             let resolution = IntentResolution::Duplicate { remote_refs };
             let from = vec![IntentState::Completed];
-            self.resolve(&row, from, resolution, false, report).await?;
+            self.resolve(&row, from, resolution, report).await?;
         }
         Ok(())
     }
 
-    /// Resolves from what was read and, when `put_back`, puts a dead job back to run in
-    /// the same transaction (see [`Idem::settle_intent`]); how many jobs were put back,
-    /// or `None` when someone else resolved the intent meanwhile.
+    /// Resolves from what was read, putting the dead jobs awaiting the intent back to run
+    /// in the same transaction (see [`Idem::settle_intent`]); how many jobs were put
+    /// back, or `None` when someone else resolved the intent meanwhile.
     async fn resolve(
         &self,
         row: &IntentRow,
         from: Vec<IntentState>,
         resolution: IntentResolution,
-        put_back: bool,
         report: &mut ReconcileReport,
     ) -> Result<Option<usize>, IdemError> {
         let params = IntentResolve {
@@ -340,7 +336,7 @@ impl Reconciler {
             resolution,
             now: self.idem.clock.now(),
         };
-        match self.idem.settle_intent(params, put_back).await {
+        match self.idem.settle_intent(params).await {
             Ok((_, back)) => Ok(Some(back)),
             Err(StoreError::Conflict(_) | StoreError::NotFound { .. }) => {
                 report.raced += 1;
