@@ -212,6 +212,11 @@ pub fn busy_waits() -> u64 {
     BUSY_WAITS.load(Ordering::Relaxed)
 }
 
+/// Counts a wait begun by the writer's own loop (which takes turns with other processes).
+pub(crate) fn count_busy_wait() {
+    BUSY_WAITS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// SQLite's busy callback: `count` tries so far in this wait, `limit_ms` the timeout.
 /// Returns 0 to give up (the statement fails `SQLITE_BUSY`), non-zero to try again. One
 /// wait runs on one thread within one call into SQLite, so its start is kept per thread.

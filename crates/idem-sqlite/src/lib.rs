@@ -92,12 +92,18 @@ pub(crate) struct WriterLock {
     wait: Duration,
     /// Transactions asking for the writer or running on it ([`writer::Coming`]).
     coming: Arc<std::sync::atomic::AtomicUsize>,
+    /// The writer's waits for other processes' write lock, to tell whose fault a long
+    /// wait for the writer was.
+    waits: Arc<writer::LockWaits>,
+    turns: Arc<writer::Turns>,
 }
 
 impl WriterLock {
     /// The writer, once no open transaction holds it; [`idem_store::StoreError::Busy`]
-    /// after the busy timeout, naming the likely cause, instead of waiting forever (a
-    /// handler writing through the client while its own transaction is open would).
+    /// after the busy timeout instead of waiting forever (a handler writing through the
+    /// client while its own transaction is open would), naming the cause: other
+    /// processes holding the file's write lock when the writer spent at least half of
+    /// that time waiting for them, else an open transaction of this process.
     /// Counts a transaction from now until it ends.
     pub(crate) fn coming(&self) -> writer::Coming {
         writer::Coming::new(&self.coming, &self.writer)
@@ -105,13 +111,18 @@ impl WriterLock {
 
     pub(crate) async fn acquire(&self) -> StoreResult<tokio::sync::OwnedMutexGuard<Writer>> {
         let lock = self.writer.clone().lock_owned();
+        let before = self.waits.so_far();
         tokio::time::timeout(self.wait, lock).await.map_err(|_| {
-            idem_store::StoreError::Busy(format!(
-                "the SQLite writer stayed held by an open transaction for {:?} (the busy \
-                 timeout); inside a transaction, write through that transaction, not \
-                 through the client",
-                self.wait
-            ))
+            let elsewhere = self.waits.so_far().saturating_sub(before);
+            idem_store::StoreError::Busy(match elsewhere >= self.wait / 2 {
+                true => writer::held_elsewhere(elsewhere, self.turns.holder()),
+                false => format!(
+                    "the SQLite writer stayed held by an open transaction of this process \
+                     for {:?} (the busy timeout); inside a transaction, write through that \
+                     transaction, not through the client",
+                    self.wait
+                ),
+            })
         })
     }
 }
@@ -164,9 +175,13 @@ impl SqliteStore {
         let limits = writer::GroupLimits {
             max: options.group_commit_max.max(1),
             window: options.group_commit_window,
+            busy_timeout: options.busy_timeout,
         };
         let spawned = Writer::spawn(conn, limits)?;
+        let (waits, turns) = spawned.lock_waits();
         let writer = WriterLock {
+            waits,
+            turns,
             coming: spawned.coming_counter(),
             writer: Arc::new(Mutex::new(spawned)),
             wait: options.busy_timeout,

@@ -84,6 +84,7 @@ idem_store_tests::store_cases!(
     rescue_moves_expired_leases_back,
     rescue_applies_a_cap_on_attempts,
     rescue_waits_until_the_lease_has_expired,
+    rescue_keeps_the_job_s_place,
     rescue_respects_the_limit,
     rescue_fences_out_the_old_claim,
     rescue_ignores_jobs_not_running,

@@ -29,10 +29,16 @@ async fn with_default(level: &str) {
     };
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}options[default_transaction_isolation]={level}");
+    // Each race on a schema of its own, as the conformance suite runs it (a job one case
+    // leaves claimable must not be what the next one claims).
     let db = TestDb::postgres_at(&url).await;
     assert_eq!(isolation(&db).await, ["read committed", "read committed"]);
     job_lease::lock_sees_a_concurrent_rescue(&db).await;
+    db.cleanup().await;
+    let db = TestDb::postgres_at(&url).await;
     job_cancel::cancel_waits_for_a_concurrent_claim(&db).await;
+    db.cleanup().await;
+    let db = TestDb::postgres_at(&url).await;
     purge::purge_spares_a_dead_job_retried_meanwhile(&db).await;
     db.cleanup().await;
 }

@@ -512,7 +512,9 @@ pub struct JobFail {
 pub struct JobRescue {
     /// At most this many jobs per call.
     pub limit: u32,
-    /// Delay before a rescued job may be claimed again, in milliseconds.
+    /// Delay before a rescued job may be claimed again, in milliseconds. With 0 (what
+    /// workers use) a rescued job keeps its `run_at`, its place in claim order: it runs
+    /// before jobs enqueued after it.
     pub retry_in_ms: i64,
     /// A cap on attempts over each job's own `max_attempts` (the rescuing worker's), so a
     /// job enqueued with more attempts than the workers allow is dead at the cap.

@@ -590,14 +590,7 @@ async fn a_reclaimed_child_counts_once_and_its_stale_run_is_refused(db: &TestDb)
             .unwrap();
     }
 
-    let mut rescued: Vec<i64> = idem_b
-        .rescue()
-        .await
-        .unwrap()
-        .iter()
-        .map(|j| j.id)
-        .collect();
-    rescued.sort_unstable();
+    let rescued = rescue_for_b_only(&idem_b, stalled[0]).await;
     assert_eq!(rescued, stalled, "the stalled children's leases expired");
     let b = start(&idem_b, config(QUEUE, 4), Child::default(), 10, &runs_tx);
     // B completes the reclaimed children, and the successor runs.

@@ -373,13 +373,7 @@ async fn a_stale_link_enqueues_no_successor(db: &TestDb) {
     let lease = within(30, "A claims link 1", started_rx).await.unwrap();
     assert_eq!((lease.job_id, lease.fence), (first.id, 1));
 
-    let rescued: Vec<i64> = idem_b
-        .rescue()
-        .await
-        .unwrap()
-        .iter()
-        .map(|j| j.id)
-        .collect();
+    let rescued = rescue_for_b_only(&idem_b, first.id).await;
     assert_eq!(rescued, [first.id], "A's lease expired");
     release_tx.send(()).unwrap();
     let refused = within(30, "A's handler reports", begun_rx).await.unwrap();

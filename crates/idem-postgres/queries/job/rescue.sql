@@ -1,6 +1,7 @@
 -- Moves up to $1 running jobs whose lease expired before now ($3 timestamptz, NULL =
--- database clock) to retryable at now + $2 ms, or to dead when no attempts are left (the
--- job's max_attempts, or the cap $4 when lower; NULL = no cap).
+-- database clock) to retryable, or to dead when no attempts are left (the job's
+-- max_attempts, or the cap $4 when lower; NULL = no cap). A retryable job runs again at
+-- now + $2 ms, or with $2 = 0 keeps its run_at, so its place in claim order.
 -- PostgreSQL dialect: the candidates are locked with FOR UPDATE SKIP LOCKED, so a job whose
 -- row an in-flight effect transaction holds (job/lock.sql) is skipped, not rescued under it;
 -- the next sweep sees it again if its lease is still expired. Each rescued job's lost
@@ -19,6 +20,7 @@ done AS (
     UPDATE idem_job
     SET state = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts)) THEN 'dead' ELSE 'retryable' END,
         run_at = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts)) THEN run_at
+                      WHEN $2::bigint = 0 THEN run_at
                       ELSE coalesce($3::timestamptz, now()) + $2::bigint * interval '1 millisecond'
                  END,
         finalized_at = CASE WHEN attempt >= least(max_attempts, coalesce($4::integer, max_attempts))

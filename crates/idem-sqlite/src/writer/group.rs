@@ -19,13 +19,17 @@ use idem_store::{StoreError, StoreResult};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::turns::{STARVING, Turns};
+use super::waits::{Backoff, LockWaits, held_elsewhere, is_busy};
 use crate::error::interpret_error;
 
-/// How many members a group takes and for how long.
+/// How many members a group takes and for how long, and how long beginning one waits
+/// for another process's write lock.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct GroupLimits {
     pub(crate) max: usize,
     pub(crate) window: Duration,
+    pub(crate) busy_timeout: Duration,
 }
 
 /// The write connection and the group open on it.
@@ -45,6 +49,9 @@ pub(crate) struct WriteConn {
     /// a statement began another transaction after one.
     rollbacks: Arc<AtomicU64>,
     begun_after: u64,
+    /// Turns with other processes on the file, and this process's waits for them.
+    turns: Arc<Turns>,
+    waits: Arc<LockWaits>,
 }
 
 struct Group {
@@ -74,7 +81,14 @@ impl Durable {
 }
 
 impl WriteConn {
-    pub(crate) fn new(conn: Connection, limits: GroupLimits) -> StoreResult<WriteConn> {
+    pub(crate) fn new(
+        conn: Connection,
+        limits: GroupLimits,
+        turns: Arc<Turns>,
+        waits: Arc<LockWaits>,
+    ) -> StoreResult<WriteConn> {
+        // Waits for the write lock are `begin`'s, which takes turns with other processes.
+        conn.busy_timeout(Duration::ZERO).map_err(interpret_error)?;
         let committing = Arc::new(AtomicBool::new(false));
         let allowed = committing.clone();
         conn.commit_hook(Some(move || !allowed.load(Ordering::SeqCst)))
@@ -94,6 +108,8 @@ impl WriteConn {
             committing,
             rollbacks,
             begun_after: 0,
+            turns,
+            waits,
         })
     }
 
@@ -122,7 +138,7 @@ impl WriteConn {
             return Ok(m);
         }
         self.rollback_all(); // a transaction no group accounts for is an orphan
-        exec(self.conn()?, "BEGIN IMMEDIATE")?;
+        self.begin()?;
         self.begun_after = self.rollbacks.load(Ordering::SeqCst);
         let id = self.next_id;
         self.next_id += 1;
@@ -132,6 +148,57 @@ impl WriteConn {
             waiters: Vec::new(),
         });
         self.savepoint(id)
+    }
+
+    /// `BEGIN IMMEDIATE`, tried again while another connection holds the file's write
+    /// lock, up to the busy timeout; then `Busy`, naming the other process. A wait that
+    /// grows long is marked, so the holder stands aside after its commit.
+    fn begin(&mut self) -> StoreResult<()> {
+        let started = Instant::now();
+        let mut backoff = Backoff::new();
+        let mut marked = false;
+        let out = loop {
+            let c = self.conn()?;
+            match c
+                .prepare_cached("BEGIN IMMEDIATE")
+                .and_then(|mut s| s.execute([]))
+            {
+                Ok(_) => break Ok(()),
+                Err(e) if !is_busy(&e) => break Err(interpret_error(e)),
+                Err(_) => {}
+            }
+            let waited = started.elapsed();
+            if waited >= self.limits.busy_timeout {
+                break Err(StoreError::Busy(held_elsewhere(
+                    waited,
+                    self.turns.holder(),
+                )));
+            }
+            if backoff.tries == 0 {
+                self.waits.begin(started);
+                crate::connect::count_busy_wait();
+            }
+            if !marked && waited >= STARVING {
+                self.turns.waiting(true);
+                marked = true;
+            }
+            std::thread::sleep(backoff.next(waited).min(self.limits.busy_timeout - waited));
+        };
+        if marked {
+            self.turns.waiting(false);
+        }
+        if backoff.tries > 0 {
+            self.waits.end(started);
+        }
+        if out.is_ok() {
+            self.turns.holding(true);
+        }
+        out
+    }
+
+    /// The group's transaction ended (committed or rolled back): other processes' turn.
+    fn end_turn(&self) {
+        self.turns.holding(false);
     }
 
     fn savepoint(&mut self, id: u64) -> StoreResult<Member> {
@@ -291,6 +358,7 @@ impl WriteConn {
         if result.is_err() {
             self.rollback_all();
         }
+        self.end_turn();
         // A COMMIT that fails (a deferred constraint) may be one member's doing, unknown
         // which: the others must hear a retryable error, not the culprit's `Invalid`.
         let result = match result {
@@ -353,6 +421,7 @@ impl WriteConn {
             }
         }
         self.rollback_all();
+        self.end_turn();
     }
 
     /// A savepoint left open by a member whose caller vanished without ending it.

@@ -12,6 +12,8 @@
 //! serving, and the caller sees its reply channel closed.
 
 mod group;
+mod turns;
+mod waits;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,6 +26,8 @@ use rusqlite::Connection;
 use tokio::sync::{Notify, oneshot};
 
 pub(crate) use group::{GroupLimits, Member, WriteConn};
+pub(crate) use turns::Turns;
+pub(crate) use waits::{LockWaits, held_elsewhere};
 
 type Task = Box<dyn FnOnce(&mut WriteConn) + Send>;
 
@@ -34,6 +38,8 @@ pub(crate) struct Writer {
     conn: Arc<Mutex<WriteConn>>,
     inflight: Arc<Inflight>,
     coming: Arc<AtomicUsize>,
+    waits: Arc<LockWaits>,
+    turns: Arc<Turns>,
 }
 
 /// Closures sent to the thread and not yet run.
@@ -97,14 +103,20 @@ impl Writer {
     /// Starts the thread for `conn`.
     pub(crate) fn spawn(conn: Connection, limits: GroupLimits) -> StoreResult<Writer> {
         let (tasks, inbox) = mpsc::channel::<Task>();
-        let conn = Arc::new(Mutex::new(WriteConn::new(conn, limits)?));
+        let turns = Arc::new(Turns::open(std::path::Path::new(
+            conn.path().unwrap_or_default(),
+        )));
+        let waits = Arc::new(LockWaits::default());
+        let conn = WriteConn::new(conn, limits, turns.clone(), waits.clone())?;
+        let conn = Arc::new(Mutex::new(conn));
         let inflight = Arc::new(Inflight::default());
         let coming = Arc::new(AtomicUsize::new(0));
         let thread = {
             let (conn, inflight, coming) = (conn.clone(), inflight.clone(), coming.clone());
+            let turns = turns.clone();
             std::thread::Builder::new()
                 .name("idem-sqlite-writer".into())
-                .spawn(move || serve(&conn, &inbox, &inflight, &coming))
+                .spawn(move || serve(&conn, &inbox, &inflight, &coming, &turns))
                 .map_err(|e| {
                     StoreError::Unavailable(format!("cannot start the writer thread: {e}"))
                 })?
@@ -115,7 +127,15 @@ impl Writer {
             conn,
             inflight,
             coming,
+            waits,
+            turns,
         })
+    }
+
+    /// This process's waits for other connections' write lock, and its turns with
+    /// other processes (kept outside the writer's lock).
+    pub(crate) fn lock_waits(&self) -> (Arc<LockWaits>, Arc<Turns>) {
+        (self.waits.clone(), self.turns.clone())
     }
 
     /// The counter of transactions coming to this writer (kept outside its lock).
@@ -265,6 +285,7 @@ fn serve(
     inbox: &mpsc::Receiver<Task>,
     inflight: &Inflight,
     coming: &AtomicUsize,
+    turns: &Turns,
 ) {
     loop {
         let deadline = lock(conn).deadline();
@@ -280,7 +301,7 @@ fn serve(
             },
         };
         let ran = task.is_some();
-        {
+        let committed = {
             let mut w = lock(conn);
             if let Some(task) = task
                 && catch_unwind(AssertUnwindSafe(|| task(&mut w))).is_err()
@@ -289,12 +310,18 @@ fn serve(
                 // Its caller hears the reply channel closed and will never end its member.
                 w.drop_orphan();
             }
-            if w.due(coming.load(Ordering::SeqCst)) {
+            let due = w.due(coming.load(Ordering::SeqCst));
+            if due {
                 w.commit();
             }
-        }
+            due
+        };
         if ran {
             inflight.done();
+        }
+        if committed {
+            // Not under the connection's lock: callers joining no group do not wait.
+            turns.stand_aside();
         }
     }
     lock(conn).close();

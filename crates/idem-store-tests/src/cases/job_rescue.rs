@@ -97,6 +97,26 @@ pub async fn rescue_moves_expired_leases_back(db: &TestDb) {
     }
 }
 
+/// A rescued job keeps its place in claim order (its priority and `run_at`): the next
+/// claim takes it before jobs enqueued after it, however long their wait.
+pub async fn rescue_keeps_the_job_s_place(db: &TestDb) {
+    let lost = running_for(db, job("lost"), 10_000, t0()).await;
+    let younger = insert(db, (0..3).map(|i| job(&format!("y{i}"))).collect(), at(1)).await;
+    let rescued = rescue(db, 10, 0, at(30_000)).await;
+    assert_eq!(ids(&rescued), vec![lost.id]);
+    assert_eq!(
+        (rescued[0].state, rescued[0].run_at),
+        (JobState::Retryable, lost.run_at),
+        "rescued with its run_at"
+    );
+    let next = claim(db, "default", 2, at(30_000)).await;
+    assert_eq!(
+        ids(&next),
+        vec![lost.id, younger[0].id],
+        "the rescued job first, then the oldest waiting one"
+    );
+}
+
 /// A lease is expired only strictly after `lease_expires_at`.
 pub async fn rescue_waits_until_the_lease_has_expired(db: &TestDb) {
     let row = running_for(db, job("edge"), 10_000, t0()).await;

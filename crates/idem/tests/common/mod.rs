@@ -194,7 +194,7 @@ impl Handler for WriteEffect {
 }
 
 /// Runs the ignored test `name` of this same test binary as a child process, with `env`
-/// set and its stdout and stderr piped; the child is killed if dropped.
+/// set and its stdin, stdout and stderr piped; the child is killed if dropped.
 pub fn spawn_test_child(name: &str, env: &[(&str, &str)]) -> tokio::process::Child {
     let exe = std::env::current_exe().expect("test binary path");
     tokio::process::Command::new(exe)
@@ -206,6 +206,7 @@ pub fn spawn_test_child(name: &str, env: &[(&str, &str)]) -> tokio::process::Chi
             "--test-threads=1",
         ])
         .envs(env.iter().copied())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -223,6 +224,34 @@ pub fn as_child<F: Future<Output = ()>>(name: &str, var: &str, body: impl FnOnce
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(body(url));
+}
+
+/// Rescues the expired leases as B of [`stale_and_live_clients`] sees them, with the
+/// retries due on B's clock but not on A's (1 ms before B's now, plus a delay of 1 ms),
+/// so A's worker cannot claim a rescued job again once its stale run ends; a rescue
+/// without a delay keeps the job's place in claim order, which A's clock has reached.
+/// `claimed_by_a` is a job A claimed (its claim time is A's clock). Returns the ids.
+pub async fn rescue_for_b_only(idem_b: &Idem, claimed_by_a: i64) -> Vec<i64> {
+    let a_now = job(idem_b, claimed_by_a)
+        .await
+        .attempted_at
+        .expect("claimed by A");
+    let rescue = idem_store::JobRescue {
+        limit: 100,
+        retry_in_ms: 1,
+        max_attempts: None,
+        now: Some(a_now + chrono::Duration::seconds(31) - chrono::Duration::milliseconds(1)),
+    };
+    let mut ids: Vec<i64> = idem_b
+        .store()
+        .job_rescue(rescue)
+        .await
+        .expect("rescue")
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    ids.sort_unstable();
+    ids
 }
 
 /// Two clients on injected clocks: A's frozen at the database's now (its heartbeats
