@@ -290,6 +290,10 @@ async fn pause(
         };
         let index = fleet.live.iter().position(|w| w.0 == name)?;
         let (_, pid) = fleet.signal(index, libc::SIGSTOP)?;
+        if !Fleet::stopped(pid).await {
+            fleet.signal(index, libc::SIGCONT);
+            continue;
+        }
         let in_write = match sqlite {
             Some(path) => !writable(path.to_owned()).await,
             None => false,

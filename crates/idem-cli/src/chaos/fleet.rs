@@ -94,6 +94,25 @@ impl Fleet {
         (rc == 0).then(|| (name.clone(), pid))
     }
 
+    /// Waits until process `pid` has stopped (SIGSTOP is delivered after kill(2)
+    /// returns: a probe run before that sees a process that may still take a lock);
+    /// answers whether it did within a second.
+    pub(super) async fn stopped(pid: u32) -> bool {
+        let stat = format!("/proc/{pid}/stat");
+        for _ in 0..1_000 {
+            // The state follows the command name, which is in parentheses.
+            let state = std::fs::read_to_string(&stat).ok().and_then(|s| {
+                s.rsplit_once(')')
+                    .map(|(_, rest)| rest.trim_start().to_owned())
+            });
+            if state.is_some_and(|s| s.starts_with('T') || s.starts_with('t')) {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        false
+    }
+
     /// SIGKILL the worker at `index`, wait for it to die and start a replacement; answers
     /// its name and process id.
     pub(super) async fn kill(&mut self, index: usize) -> anyhow::Result<Option<(String, u32)>> {
