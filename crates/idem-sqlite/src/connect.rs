@@ -186,7 +186,7 @@ const BUSY_COARSE_STEP: Duration = Duration::from_millis(1);
 /// schedule above. SQLite's own handler sleeps 1, 2, 5, 10, … 100 ms between tries, so
 /// a lock released just after a try cost the waiter up to 100 ms: the tail of
 /// enqueue-to-start latency between two processes (docs/performance.md, 2026-12-02).
-fn busy_handler(c: &Connection, timeout: Duration) -> rusqlite::Result<()> {
+pub(crate) fn busy_handler(c: &Connection, timeout: Duration) -> rusqlite::Result<()> {
     // The limit travels as the handler's argument, in milliseconds: no allocation to free.
     let ms = usize::try_from(timeout.as_millis()).unwrap_or(usize::MAX);
     // SAFETY: the handle is this open connection's; the callback only reads its argument

@@ -101,9 +101,9 @@ pub(crate) struct WriterLock {
 impl WriterLock {
     /// The writer, once no open transaction holds it; [`idem_store::StoreError::Busy`]
     /// after the busy timeout instead of waiting forever (a handler writing through the
-    /// client while its own transaction is open would), naming the cause: other
-    /// processes holding the file's write lock when the writer spent at least half of
-    /// that time waiting for them, else an open transaction of this process.
+    /// client while its own transaction is open would), naming the cause: another
+    /// process holding the file's write lock when the writer is waiting for it now, else
+    /// an open transaction of this process.
     /// Counts a transaction from now until it ends.
     pub(crate) fn coming(&self) -> writer::Coming {
         writer::Coming::new(&self.coming, &self.writer)
@@ -111,12 +111,10 @@ impl WriterLock {
 
     pub(crate) async fn acquire(&self) -> StoreResult<tokio::sync::OwnedMutexGuard<Writer>> {
         let lock = self.writer.clone().lock_owned();
-        let before = self.waits.so_far();
         tokio::time::timeout(self.wait, lock).await.map_err(|_| {
-            let elsewhere = self.waits.so_far().saturating_sub(before);
-            idem_store::StoreError::Busy(match elsewhere >= self.wait / 2 {
-                true => writer::held_elsewhere(elsewhere, self.turns.holder()),
-                false => format!(
+            idem_store::StoreError::Busy(match self.waits.current() {
+                Some(waited) => writer::held_elsewhere(waited, self.turns.holder()),
+                None => format!(
                     "the SQLite writer stayed held by an open transaction of this process \
                      for {:?} (the busy timeout); inside a transaction, write through that \
                      transaction, not through the client",

@@ -52,7 +52,13 @@ pub(crate) struct WriteConn {
     /// Turns with other processes on the file, and this process's waits for them.
     turns: Arc<Turns>,
     waits: Arc<LockWaits>,
+    /// Since when beginning has failed for the busy timeout, until a begin succeeds: the
+    /// transactions queued behind that one wait [`AFTER_TIMEOUT`] each, not as long again.
+    stuck_since: Option<Instant>,
 }
+
+/// How long a begin waits for the write lock while the one before it gave up.
+const AFTER_TIMEOUT: Duration = Duration::from_millis(100);
 
 struct Group {
     id: u64,
@@ -87,8 +93,6 @@ impl WriteConn {
         turns: Arc<Turns>,
         waits: Arc<LockWaits>,
     ) -> StoreResult<WriteConn> {
-        // Waits for the write lock are `begin`'s, which takes turns with other processes.
-        conn.busy_timeout(Duration::ZERO).map_err(interpret_error)?;
         let committing = Arc::new(AtomicBool::new(false));
         let allowed = committing.clone();
         conn.commit_hook(Some(move || !allowed.load(Ordering::SeqCst)))
@@ -110,6 +114,7 @@ impl WriteConn {
             begun_after: 0,
             turns,
             waits,
+            stuck_since: None,
         })
     }
 
@@ -151,14 +156,23 @@ impl WriteConn {
     }
 
     /// `BEGIN IMMEDIATE`, tried again while another connection holds the file's write
-    /// lock, up to the busy timeout; then `Busy`, naming the other process. A wait that
-    /// grows long is marked, so the holder stands aside after its commit.
+    /// lock, up to the busy timeout (or [`AFTER_TIMEOUT`] while the begin before gave up
+    /// after it); then `Busy`, naming the other process. A wait that grows long is
+    /// marked, so the holder stands aside after its commit. Only this statement waits in
+    /// idem's loop; SQLite's busy handler stays on for the rest (a `COMMIT` in a
+    /// rollback-journal file waits for readers there).
     fn begin(&mut self) -> StoreResult<()> {
+        self.turns.prepare();
         let started = Instant::now();
+        let limit = match self.stuck_since {
+            Some(_) => AFTER_TIMEOUT.min(self.limits.busy_timeout),
+            None => self.limits.busy_timeout,
+        };
         let mut backoff = Backoff::new();
         let mut marked = false;
+        let c = self.conn()?;
+        c.busy_timeout(Duration::ZERO).map_err(interpret_error)?;
         let out = loop {
-            let c = self.conn()?;
             match c
                 .prepare_cached("BEGIN IMMEDIATE")
                 .and_then(|mut s| s.execute([]))
@@ -168,7 +182,8 @@ impl WriteConn {
                 Err(_) => {}
             }
             let waited = started.elapsed();
-            if waited >= self.limits.busy_timeout {
+            if waited >= limit {
+                let waited = self.stuck_since.map_or(waited, |since| since.elapsed());
                 break Err(StoreError::Busy(held_elsewhere(
                     waited,
                     self.turns.holder(),
@@ -182,18 +197,30 @@ impl WriteConn {
                 self.turns.waiting(true);
                 marked = true;
             }
-            std::thread::sleep(backoff.next(waited).min(self.limits.busy_timeout - waited));
+            std::thread::sleep(backoff.next(waited).min(limit - waited));
         };
+        let restored = crate::connect::busy_handler(c, self.limits.busy_timeout);
         if marked {
             self.turns.waiting(false);
         }
         if backoff.tries > 0 {
-            self.waits.end(started);
+            self.waits.end();
         }
-        if out.is_ok() {
-            self.turns.holding(true);
+        match &out {
+            Ok(()) => {
+                self.stuck_since = None;
+                self.turns.holding(true);
+            }
+            Err(StoreError::Busy(_)) => {
+                self.stuck_since.get_or_insert(started);
+            }
+            Err(_) => {}
         }
-        out
+        if out.is_ok() && restored.is_err() {
+            self.rollback_all();
+            self.end_turn();
+        }
+        out.and(restored.map_err(interpret_error))
     }
 
     /// The group's transaction ended (committed or rolled back): other processes' turn.

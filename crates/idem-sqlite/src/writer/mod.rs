@@ -103,7 +103,7 @@ impl Writer {
     /// Starts the thread for `conn`.
     pub(crate) fn spawn(conn: Connection, limits: GroupLimits) -> StoreResult<Writer> {
         let (tasks, inbox) = mpsc::channel::<Task>();
-        let turns = Arc::new(Turns::open(std::path::Path::new(
+        let turns = Arc::new(Turns::new(std::path::Path::new(
             conn.path().unwrap_or_default(),
         )));
         let waits = Arc::new(LockWaits::default());

@@ -53,11 +53,10 @@ impl Backoff {
     }
 }
 
-/// Time this process's writer has spent waiting for other connections' write lock.
+/// Whether this process's writer waits for another connection's write lock now, and
+/// since when.
 #[derive(Default)]
 pub(crate) struct LockWaits {
-    /// Nanoseconds of waits that have ended.
-    ended: AtomicU64,
     /// When the wait under way began (nanoseconds since the process's start, plus one),
     /// or 0.
     since: AtomicU64,
@@ -68,21 +67,18 @@ impl LockWaits {
         self.since.store(offset(at) + 1, Ordering::SeqCst);
     }
 
-    pub(crate) fn end(&self, started: Instant) {
+    pub(crate) fn end(&self) {
         self.since.store(0, Ordering::SeqCst);
-        let nanos = started.elapsed().as_nanos() as u64;
-        self.ended.fetch_add(nanos, Ordering::SeqCst);
     }
 
-    /// All the waiting so far, the wait under way included.
-    pub(crate) fn so_far(&self) -> Duration {
-        let ended = self.ended.load(Ordering::SeqCst);
-        let now = offset(Instant::now());
-        let current = match self.since.load(Ordering::SeqCst) {
-            0 => 0,
-            since => now.saturating_sub(since - 1),
-        };
-        Duration::from_nanos(ended + current)
+    /// How long the wait under way has lasted, if the writer is waiting now.
+    pub(crate) fn current(&self) -> Option<Duration> {
+        match self.since.load(Ordering::SeqCst) {
+            0 => None,
+            since => Some(Duration::from_nanos(
+                offset(Instant::now()).saturating_sub(since - 1),
+            )),
+        }
     }
 }
 
@@ -138,18 +134,15 @@ mod tests {
     }
 
     #[test]
-    fn waits_add_up_with_the_one_under_way() {
+    fn a_wait_under_way_is_seen_until_it_ends() {
         process_start();
         let w = LockWaits::default();
-        assert_eq!(w.so_far(), Duration::ZERO);
-        let started = Instant::now();
-        w.begin(started);
+        assert_eq!(w.current(), None);
+        w.begin(Instant::now());
         std::thread::sleep(Duration::from_millis(5));
-        assert!(w.so_far() >= Duration::from_millis(5));
-        w.end(started);
-        let ended = w.so_far();
-        assert!(ended >= Duration::from_millis(5));
-        assert_eq!(w.so_far(), ended, "nothing under way");
+        assert!(w.current().is_some_and(|d| d >= Duration::from_millis(5)));
+        w.end();
+        assert_eq!(w.current(), None, "nothing under way");
     }
 
     #[test]

@@ -44,8 +44,11 @@ pub const DUPLICATE_INTENTS: &str = "idem_duplicate_intents_total";
 /// raced, audit_duplicate, jobs_retried).
 pub const RECONCILED: &str = "idem_reconciliations_total";
 /// Histogram: seconds from when a job could start (the later of `run_at` and
-/// `created_at`) to its claim, per `queue` and `kind`.
+/// `created_at`) to its claim, per `queue` and `kind`; a claim after a rescue is not
+/// counted (the rescued job keeps its `run_at`, its place in claim order).
 pub const QUEUE_WAIT: &str = "idem_job_queue_wait_seconds";
+/// How the rescue's `last_error` begins (both stores' `job/rescue.sql`).
+const RESCUED_ERROR: &str = "lease expired: ";
 /// Histogram: seconds an attempt ran, handler and final write, per `queue`, `kind` and
 /// `outcome`.
 pub const RUN_TIME: &str = "idem_job_run_seconds";
@@ -87,6 +90,18 @@ pub(crate) fn claimed(queue: &str, n: usize) {
 
 /// `job`, just claimed, starts: how long it waited since it could start.
 pub(crate) fn started(job: &JobRow) {
+    // A rescued job keeps its run_at (its place in claim order) and the row does not say
+    // when it was rescued, so its wait is unknown: not counted rather than counted as
+    // the lost attempt's length. The rescue writes this `last_error` (job/rescue.sql);
+    // a claim leaves it.
+    if job.attempt > 1
+        && job
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with(RESCUED_ERROR))
+    {
+        return;
+    }
     let due = job.run_at.max(job.created_at);
     let Some(started) = job.attempted_at else {
         return;
