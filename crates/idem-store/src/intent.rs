@@ -43,10 +43,14 @@ pub enum IntentState {
 }
 
 impl IntentState {
-    /// Whether the call's outcome is still to be settled (`unknown`, `manual`): a job
-    /// awaiting the intent waits on; in any other state it is put back to run.
+    /// The states whose call's outcome is still to be settled, by reconciliation or an
+    /// operator: the states an operator settles an intent from.
+    pub const AWAITING_SETTLEMENT: [IntentState; 2] = [IntentState::Unknown, IntentState::Manual];
+
+    /// Whether the call's outcome is still to be settled ([`Self::AWAITING_SETTLEMENT`]):
+    /// a job awaiting the intent waits on; in any other state it is put back to run.
     pub fn awaits_settlement(self) -> bool {
-        matches!(self, IntentState::Unknown | IntentState::Manual)
+        Self::AWAITING_SETTLEMENT.contains(&self)
     }
 
     /// Every state, in lifecycle order.

@@ -506,6 +506,10 @@ pub struct JobFail {
     pub now: Option<Timestamp>,
 }
 
+/// How a rescue's `last_error` begins (both stores' `job/rescue.sql`): a claim leaves
+/// `last_error` as it is, so a job claimed after a rescue still shows it.
+pub const RESCUE_ERROR_PREFIX: &str = "lease expired: ";
+
 /// Move running jobs whose lease expired back to `retryable` (or `dead` when no attempts
 /// are left).
 #[derive(Debug, Clone)]

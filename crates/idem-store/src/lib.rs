@@ -61,7 +61,7 @@ pub use job::{
     AttemptOutcome, AttemptRow, Awaited, Completed, EnqueueKeyTake, Enqueued, InsertClaim,
     Inserted, JobCancel, JobClaim, JobComplete, JobCompleteMany, JobFail, JobHeartbeat, JobInsert,
     JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
-    QueueFinished, QueueFinishedList, QueueWaiting,
+    QueueFinished, QueueFinishedList, QueueWaiting, RESCUE_ERROR_PREFIX,
 };
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
 pub use maintenance::{JobDiscard, JobPutBack, JobRetry, Purge, PurgeTarget};

@@ -334,9 +334,16 @@ async fn a_stopped_process_s_jobs_are_rescued_ahead_of_younger_ones_and_its_writ
         }
     })
     .await;
+    let by_w4_so_far = "SELECT count(*) FROM test_effect WHERE worker = 'w4'";
+    let before = count(&idem, by_w4_so_far).await;
     signal(w4, "CONT").await;
-    // w4 runs again beside the others for a while before the feed ends.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The feed ends once w4, resumed, has committed new work beside the others.
+    within(60, "w4 works again after resuming", async {
+        while count(&idem, by_w4_so_far).await <= before {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
     stop_feed.send(true).expect("stop the feed");
     feeding.await.expect("feed");
     let fed = fed.load(Ordering::SeqCst);

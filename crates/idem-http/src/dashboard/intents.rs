@@ -113,7 +113,7 @@ fn table(ctx: &Ctx, rows: &[IntentRow], view: &str, now: Timestamp) -> Markup {
 }
 
 fn resolve_forms(ctx: &Ctx, i: &IntentRow) -> Markup {
-    let settles = idem::intent::OPERATOR_FROM.contains(&i.state);
+    let settles = i.state.awaits_settlement();
     html! {
         @if settles {
             @for (resolution, label) in [("applied", "Applied"), ("absent", "Absent: send again")] {

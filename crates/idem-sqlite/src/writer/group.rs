@@ -168,10 +168,30 @@ impl WriteConn {
             Some(_) => AFTER_TIMEOUT.min(self.limits.busy_timeout),
             None => self.limits.busy_timeout,
         };
-        let mut backoff = Backoff::new();
-        let mut marked = false;
         let c = self.conn()?;
         c.busy_timeout(Duration::ZERO).map_err(interpret_error)?;
+        let out = self.begin_waiting(c, started, limit);
+        let restored = crate::connect::busy_handler(c, self.limits.busy_timeout);
+        match &out {
+            Ok(()) => self.stuck_since = None,
+            Err(StoreError::Busy(_)) => _ = self.stuck_since.get_or_insert(started),
+            Err(_) => {}
+        }
+        if let (Ok(()), Err(e)) = (&out, restored) {
+            self.rollback_all(); // no transaction may go on without its busy handler
+            return Err(interpret_error(e));
+        }
+        if out.is_ok() {
+            self.turns.holding(true);
+        }
+        out
+    }
+
+    /// The tries of [`Self::begin`] until `limit` has passed since `started`, with this
+    /// process's wait counted and, once long, marked for the holder.
+    fn begin_waiting(&self, c: &Connection, started: Instant, limit: Duration) -> StoreResult<()> {
+        let mut backoff = Backoff::new();
+        let mut marked = false;
         let out = loop {
             match c
                 .prepare_cached("BEGIN IMMEDIATE")
@@ -199,28 +219,13 @@ impl WriteConn {
             }
             std::thread::sleep(backoff.next(waited).min(limit - waited));
         };
-        let restored = crate::connect::busy_handler(c, self.limits.busy_timeout);
         if marked {
             self.turns.waiting(false);
         }
         if backoff.tries > 0 {
             self.waits.end();
         }
-        match &out {
-            Ok(()) => {
-                self.stuck_since = None;
-                self.turns.holding(true);
-            }
-            Err(StoreError::Busy(_)) => {
-                self.stuck_since.get_or_insert(started);
-            }
-            Err(_) => {}
-        }
-        if out.is_ok() && restored.is_err() {
-            self.rollback_all();
-            self.end_turn();
-        }
-        out.and(restored.map_err(interpret_error))
+        out
     }
 
     /// The group's transaction ended (committed or rolled back): other processes' turn.

@@ -72,7 +72,14 @@ pub async fn rescue_moves_expired_leases_back(db: &TestDb) {
         (JobState::Retryable, at(31_000), 1)
     );
     assert_eq!((retry.lease_expires_at, retry.finalized_at), (None, None));
-    assert!(retry.last_error.is_some(), "a rescued job says why");
+    assert!(
+        retry
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.starts_with(idem_store::RESCUE_ERROR_PREFIX)),
+        "a rescued job says why, as the queue-wait metric recognises: {:?}",
+        retry.last_error
+    );
     let dead = get(db, last.id).await;
     assert_eq!(
         (dead.state, dead.finalized_at),

@@ -9,8 +9,8 @@ use crate::client::Idem;
 use crate::error::IdemError;
 
 /// The states an operator may settle an intent from: unknown outcomes, and those
-/// reconciliation parked (those whose [`IntentState::awaits_settlement`] holds).
-pub const OPERATOR_FROM: [IntentState; 2] = [IntentState::Unknown, IntentState::Manual];
+/// reconciliation parked.
+pub const OPERATOR_FROM: [IntentState; 2] = IntentState::AWAITING_SETTLEMENT;
 
 impl Idem {
     /// One intent by key.

@@ -47,8 +47,6 @@ pub const RECONCILED: &str = "idem_reconciliations_total";
 /// `created_at`) to its claim, per `queue` and `kind`; a claim after a rescue is not
 /// counted (the rescued job keeps its `run_at`, its place in claim order).
 pub const QUEUE_WAIT: &str = "idem_job_queue_wait_seconds";
-/// How the rescue's `last_error` begins (both stores' `job/rescue.sql`).
-const RESCUED_ERROR: &str = "lease expired: ";
 /// Histogram: seconds an attempt ran, handler and final write, per `queue`, `kind` and
 /// `outcome`.
 pub const RUN_TIME: &str = "idem_job_run_seconds";
@@ -92,13 +90,12 @@ pub(crate) fn claimed(queue: &str, n: usize) {
 pub(crate) fn started(job: &JobRow) {
     // A rescued job keeps its run_at (its place in claim order) and the row does not say
     // when it was rescued, so its wait is unknown: not counted rather than counted as
-    // the lost attempt's length. The rescue writes this `last_error` (job/rescue.sql);
-    // a claim leaves it.
+    // the lost attempt's length.
     if job.attempt > 1
         && job
             .last_error
             .as_deref()
-            .is_some_and(|e| e.starts_with(RESCUED_ERROR))
+            .is_some_and(|e| e.starts_with(idem_store::RESCUE_ERROR_PREFIX))
     {
         return;
     }
