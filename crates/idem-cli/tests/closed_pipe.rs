@@ -16,11 +16,13 @@ fn a_closed_pipe_ends_a_listing_without_a_panic() {
     for args in [&["queues"][..], &["guarantees"], &["jobs", "list"]] {
         let mut cmd = idem(tmp.path());
         cmd.arg("--database-url").arg(&url).args(args);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        // The reader goes away before the command writes anything.
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
+        // The reader is gone before the command starts, so its first write fails (a
+        // reader dropped after the spawn could lose the race to a quick command, whose
+        // output then fits in the pipe).
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        cmd.stdout(writer).stderr(Stdio::piped());
+        let out = cmd.spawn().unwrap().wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert_eq!(
