@@ -21,6 +21,9 @@ use tempfile::TempDir;
 
 /// The system user PostgreSQL's tools run as when this process is root.
 const POSTGRES_USER: &str = "postgres";
+/// The lowest port [`free_port`] picks below the ephemeral range (clear of the
+/// registered ports most servers use).
+const FIRST_PORT: u16 = 20_000;
 /// How long `pg_ctl` waits for the server to start, restart or stop, in seconds.
 const PG_CTL_WAIT_SECS: &str = "60";
 /// How long `pg_terminate_backend` waits for one backend to exit, in milliseconds.
@@ -263,8 +266,23 @@ fn id_of(flag: &str) -> anyhow::Result<u32> {
     text.trim().parse().with_context(no_user)
 }
 
-/// A port of 127.0.0.1 that was free a moment ago.
+/// A port of 127.0.0.1 that was free a moment ago, below the kernel's ephemeral range
+/// when it can be: a port in that range may be taken as the local port of any outgoing
+/// connection (another run's workers, its HTTP calls) while the server is down for initdb
+/// or a restart, and the server then cannot bind it again.
 fn free_port() -> anyhow::Result<u16> {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(0);
+    if low > FIRST_PORT {
+        for _ in 0..100 {
+            let port = rand::random_range(FIRST_PORT..low);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))
         .context("cannot find a free port on 127.0.0.1")?;
     Ok(listener.local_addr()?.port())
