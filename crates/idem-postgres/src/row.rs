@@ -1,7 +1,7 @@
 //! Decoding PostgreSQL rows into the seam's records.
 //!
 //! PostgreSQL dialect: timestamps are `timestamptz`, decoded straight into UTC; `args` is
-//! `jsonb`. Columns are read by name, so `SELECT *` and `RETURNING *` stay correct when a
+//! `jsonb`. Columns are found by name (a result of job rows looks them up once), so `SELECT *` and `RETURNING *` stay correct when a
 //! migration adds a column. What must stay true: the Rust types here match the schema's
 //! widths (priority `smallint` = `i16`, attempt and max_attempts `integer` = `i32`, ids and
 //! fences `bigint` = `i64`); sqlx refuses a mismatch at run time.
@@ -11,8 +11,8 @@ use idem_store::{
     JobRow, JobState, LeaseRenewal, LedgerEntry, LedgerMismatch, NewJob, QueueCount, QueueFinished,
     QueueWaiting, StoreResult, Timestamp,
 };
-use sqlx::Row;
 use sqlx::postgres::PgRow;
+use sqlx::{Column, Row};
 
 use crate::error::interpret_error;
 
@@ -111,39 +111,101 @@ pub(crate) fn inserted(row: &PgRow) -> StoreResult<Inserted> {
 
 /// Jobs from rows, in id order.
 pub(crate) fn sorted_jobs(rows: Vec<PgRow>) -> StoreResult<Vec<JobRow>> {
-    let mut jobs = rows.iter().map(job).collect::<StoreResult<Vec<_>>>()?;
+    let mut jobs = self::jobs(&rows)?;
     jobs.sort_by_key(|j| j.id);
     Ok(jobs)
 }
 
+/// The `idem_job` columns, in [`JobColumns`]' order.
+const JOB_COLUMNS: [&str; 24] = [
+    "id",
+    "kind",
+    "queue",
+    "args",
+    "priority",
+    "state",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "fence",
+    "lease_owner",
+    "lease_expires_at",
+    "batch_id",
+    "created_at",
+    "attempted_at",
+    "finalized_at",
+    "last_error",
+    "snoozes",
+    "enqueue_key",
+    "principal",
+    "follows_job_id",
+    "follows_batch_id",
+    "trace_parent",
+    "result",
+];
+
+/// Where each of [`JOB_COLUMNS`] is in a result's rows: found by name once per result
+/// (every row of one statement has the same columns), then read by position.
+struct JobColumns([usize; JOB_COLUMNS.len()]);
+
+impl JobColumns {
+    fn of(row: &PgRow) -> StoreResult<JobColumns> {
+        let mut at = [0; JOB_COLUMNS.len()];
+        for (slot, name) in at.iter_mut().zip(JOB_COLUMNS) {
+            *slot = row.try_column(name).map_err(interpret_error)?.ordinal();
+        }
+        Ok(JobColumns(at))
+    }
+
+    fn get<'r, T>(&self, row: &'r PgRow, column: usize) -> StoreResult<T>
+    where
+        T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+    {
+        row.try_get(self.0[column]).map_err(interpret_error)
+    }
+
+    fn job(&self, row: &PgRow) -> StoreResult<JobRow> {
+        Ok(JobRow {
+            id: self.get(row, 0)?,
+            kind: self.get(row, 1)?,
+            queue: self.get(row, 2)?,
+            args: self.get(row, 3)?,
+            priority: self.get(row, 4)?,
+            state: self.get::<&str>(row, 5)?.parse()?,
+            attempt: self.get(row, 6)?,
+            max_attempts: self.get(row, 7)?,
+            run_at: self.get(row, 8)?,
+            fence: self.get(row, 9)?,
+            lease_owner: self.get(row, 10)?,
+            lease_expires_at: self.get(row, 11)?,
+            batch_id: self.get(row, 12)?,
+            created_at: self.get(row, 13)?,
+            attempted_at: self.get(row, 14)?,
+            finalized_at: self.get(row, 15)?,
+            last_error: self.get(row, 16)?,
+            snoozes: self.get(row, 17)?,
+            enqueue_key: self.get(row, 18)?,
+            principal: self.get(row, 19)?,
+            follows_job: self.get(row, 20)?,
+            follows_batch: self.get(row, 21)?,
+            trace_parent: self.get(row, 22)?,
+            result: self.get(row, 23)?,
+        })
+    }
+}
+
+/// `idem_job` rows, in the order given.
+pub(crate) fn jobs(rows: &[PgRow]) -> StoreResult<Vec<JobRow>> {
+    let Some(first) = rows.first() else {
+        return Ok(Vec::new());
+    };
+    let columns = JobColumns::of(first)?;
+    rows.iter().map(|r| columns.job(r)).collect()
+}
+
 /// An `idem_job` row.
 pub(crate) fn job(row: &PgRow) -> StoreResult<JobRow> {
-    Ok(JobRow {
-        id: get(row, "id")?,
-        kind: get(row, "kind")?,
-        queue: get(row, "queue")?,
-        args: get(row, "args")?,
-        priority: get(row, "priority")?,
-        state: get::<String>(row, "state")?.parse()?,
-        attempt: get(row, "attempt")?,
-        max_attempts: get(row, "max_attempts")?,
-        run_at: get(row, "run_at")?,
-        fence: get(row, "fence")?,
-        lease_owner: get(row, "lease_owner")?,
-        lease_expires_at: get(row, "lease_expires_at")?,
-        batch_id: get(row, "batch_id")?,
-        created_at: get(row, "created_at")?,
-        attempted_at: get(row, "attempted_at")?,
-        finalized_at: get(row, "finalized_at")?,
-        last_error: get(row, "last_error")?,
-        snoozes: get(row, "snoozes")?,
-        enqueue_key: get(row, "enqueue_key")?,
-        principal: get(row, "principal")?,
-        follows_job: get(row, "follows_job_id")?,
-        follows_batch: get(row, "follows_batch_id")?,
-        trace_parent: get(row, "trace_parent")?,
-        result: get(row, "result")?,
-    })
+    JobColumns::of(row)?.job(row)
 }
 
 /// A row of `job/complete_many.sql`.

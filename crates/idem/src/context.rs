@@ -62,7 +62,8 @@ impl LeaseSignal {
 
 /// What a running handler holds: its job, its claim, and access to the store.
 pub struct JobContext {
-    job: JobRow,
+    /// Shared with the worker's task that runs the job (no copy per attempt).
+    job: Arc<JobRow>,
     pub(crate) idem: Idem,
     lease_lost: Arc<LeaseSignal>,
     /// The worker's lease: how long the effect transaction may sit idle (PostgreSQL).
@@ -112,7 +113,7 @@ fn has_nul(v: &serde_json::Value) -> bool {
 
 impl JobContext {
     pub(crate) fn new(
-        job: JobRow,
+        job: Arc<JobRow>,
         idem: Idem,
         lease_lost: Arc<LeaseSignal>,
         lease_length: std::time::Duration,

@@ -173,7 +173,7 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
-    rows.iter().map(row::job).collect()
+    row::jobs(&rows)
 }
 
 pub(crate) async fn states<'e, E>(ex: E, batch_id: i64) -> StoreResult<Vec<(JobState, i64)>>

@@ -62,7 +62,7 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
-    rows.iter().map(row::job).collect()
+    row::jobs(&rows)
 }
 
 /// Leases as the two arrays (job ids, fences) the batch statements unnest: bound in the
@@ -322,7 +322,7 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
-    rows.iter().map(row::job).collect()
+    row::jobs(&rows)
 }
 
 /// Puts dead or cancelled jobs back to available; each with the state it left.
@@ -369,7 +369,7 @@ where
         .fetch_all(ex)
         .await
         .map_err(interpret_error)?;
-    let mut jobs = rows.iter().map(row::job).collect::<StoreResult<Vec<_>>>()?;
+    let mut jobs = row::jobs(&rows)?;
     jobs.sort_by_key(|j| j.id);
     Ok(jobs)
 }

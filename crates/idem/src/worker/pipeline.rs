@@ -28,6 +28,7 @@ use crate::telemetry::{self, metrics, metrics::Outcome};
 
 /// One claimed job, from its handler to its final write, inside its attempt's span.
 pub(super) async fn run_job(shared: Arc<Shared>, job: JobRow, _slot: OwnedSemaphorePermit) {
+    let job = Arc::new(job);
     metrics::started(&job);
     let span = telemetry::span::attempt(&job);
     let began = Instant::now();
@@ -57,7 +58,7 @@ enum Done {
 }
 
 /// Runs the handler in its own task under the job timeout.
-async fn execute(shared: &Arc<Shared>, job: &JobRow) -> Result<Done, JobError> {
+async fn execute(shared: &Arc<Shared>, job: &Arc<JobRow>) -> Result<Done, JobError> {
     let lost = Arc::new(LeaseSignal::default());
     let held = Held { lost: lost.clone() };
     shared
