@@ -21,7 +21,6 @@ use std::time::Duration;
 use common::*;
 use idem::{Idem, Job, SqlValue, WorkerConfig, WorkerReport};
 use idem_store_tests::{TestDb, harness::within, open_store};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -96,16 +95,7 @@ impl Fleet {
                 env.push((RESCUE_ENV, ms.as_str()));
             }
             let mut child = spawn_test_child("shared_file_worker", &env);
-            let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-            within(60, "a worker process starts", async {
-                while let Some(line) = lines.next_line().await.expect("child stdout") {
-                    if line.contains(READY) {
-                        return;
-                    }
-                }
-                panic!("worker {name} ended before it was ready");
-            })
-            .await;
+            let mut lines = until_ready(&mut child, &name, READY).await;
             // The rest of its output is read (so its last lines find the pipe open), up
             // to its report.
             let report = tokio::spawn(async move {

@@ -31,9 +31,10 @@ pub const DEFAULT_CLAIM_BATCH: usize = 100;
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Connections of a worker's own duties, beside its running jobs: two completion flushes
 /// in flight (the transactions that count batch children), the rescuer, the purger, the
-/// listener (which holds its connection) and the announcer of enqueues. On PostgreSQL
-/// claims, the heartbeat and the first statement of each flush use pools of their own.
-pub const WORKER_CONNECTIONS: u32 = 6;
+/// maintenance elector, the listener (which holds its connection) and the announcer of
+/// enqueues. On PostgreSQL claims, the heartbeat and the first statement of each flush
+/// use pools of their own.
+pub const WORKER_CONNECTIONS: u32 = 7;
 /// The setting that sizes the PostgreSQL pool, as the pool check names it to a library
 /// user ([`WorkerConfig::check_connections`]); a program that sizes the pool from its own
 /// settings names those instead (`Idem::with_pool_setting`).
@@ -394,12 +395,12 @@ mod tests {
         let err = one.check_connections(Some(WORKER_CONNECTIONS), POOL_SETTING);
         let err = err.unwrap_err().to_string();
         assert!(
-            err.contains("raise PgOptions::max_connections (Idem::connect_with) to 7 or more"),
+            err.contains("raise PgOptions::max_connections (Idem::connect_with) to 8 or more"),
             "{err}"
         );
         let err = one.check_connections(Some(3), "--pool-size");
         let err = err.unwrap_err().to_string();
-        assert!(err.contains("raise --pool-size to 7 or more"), "{err}");
+        assert!(err.contains("raise --pool-size to 8 or more"), "{err}");
         one.check_connections(Some(WORKER_CONNECTIONS + 1), "--pool-size")
             .unwrap();
         one.check_connections(None, "--pool-size").unwrap();

@@ -1,0 +1,183 @@
+//! The elector: the maintenance duties (rescue, purge) run in one process at a time, the
+//! one elected through the store's leadership row (`idem_store::leader`), as River's
+//! elector does. Each process that may lead runs one; it publishes the leadership it
+//! holds (or `None`) on a watch channel that the duties follow.
+//!
+//! What must stay true: a leader renews every third of its lease and steps down (sends
+//! `None`) as soon as a renewal is refused, or once its lease has run out by its own
+//! monotonic clock while the store cannot be reached; a follower tries again as the
+//! leader's lease ends, so leadership moves within one lease (plus one try) of the
+//! leader's death; a leader that stops resigns, so the next is elected at once. None of
+//! this is what keeps two leaders from acting at once: each duty's transaction checks
+//! the leadership and holds it to its commit (`StoreTx::leader_check`).
+
+use std::time::{Duration, Instant};
+
+use idem_store::{LeaderElect, LeaderRenew, LeaderToken, Leadership, StoreError};
+use tokio::sync::watch;
+
+use crate::client::Idem;
+use crate::error::IdemError;
+
+/// The leadership row of the maintenance duties.
+pub(crate) const MAINTENANCE: &str = "maintenance";
+
+/// The elector, as its owner configures it.
+pub(crate) struct Elector {
+    /// The client whose store holds the leadership row.
+    pub(crate) idem: Idem,
+    /// The candidate's name (its worker's).
+    pub(crate) holder: String,
+    /// How long a leadership lasts unless renewed.
+    pub(crate) ttl: Duration,
+}
+
+/// The leadership this process holds, and until when by its own clock.
+struct Held {
+    token: LeaderToken,
+    until: Instant,
+}
+
+impl Elector {
+    /// Takes part in the election until `stop` changes, publishing on `leading` the
+    /// leadership held; resigns it on the way out.
+    pub(crate) async fn run(
+        self,
+        mut stop: watch::Receiver<bool>,
+        leading: watch::Sender<Option<LeaderToken>>,
+    ) {
+        let mut held: Option<Held> = None;
+        loop {
+            let next = match held.take() {
+                Some(h) => self.keep(h, &mut held, &leading).await,
+                None => self.try_to_lead(&mut held, &leading).await,
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(next) => {},
+                _ = stop.changed() => break,
+            }
+        }
+        leading.send_replace(None);
+        if let Some(h) = held {
+            self.resign(h.token).await;
+        }
+    }
+
+    /// Renews the leadership `h`; answers when to act next.
+    async fn keep(
+        &self,
+        h: Held,
+        held: &mut Option<Held>,
+        leading: &watch::Sender<Option<LeaderToken>>,
+    ) -> Duration {
+        let asked = Instant::now();
+        let renew = LeaderRenew {
+            token: h.token.clone(),
+            ttl_ms: millis(self.ttl),
+            now: self.idem.clock.now(),
+        };
+        match self.idem.store.leader_renew(renew).await {
+            Ok(l) => {
+                *held = Some(Held {
+                    token: h.token,
+                    until: asked + left(&l),
+                });
+                self.ttl / 3
+            }
+            Err(StoreError::LeadershipLost { .. }) => {
+                tracing::info!(worker = %self.holder, fence = h.token.fence, "maintenance leadership lost");
+                leading.send_replace(None);
+                Duration::ZERO
+            }
+            Err(e) => {
+                tracing::warn!(worker = %self.holder, error = %e, "maintenance leadership not renewed; will retry");
+                if Instant::now() >= h.until {
+                    tracing::info!(worker = %self.holder, "maintenance leadership ran out");
+                    leading.send_replace(None);
+                } else {
+                    *held = Some(h);
+                }
+                self.retry_after()
+            }
+        }
+    }
+
+    /// Stands for election; answers when to act next.
+    async fn try_to_lead(
+        &self,
+        held: &mut Option<Held>,
+        leading: &watch::Sender<Option<LeaderToken>>,
+    ) -> Duration {
+        let asked = Instant::now();
+        let elect = LeaderElect {
+            name: MAINTENANCE.to_owned(),
+            holder: self.holder.clone(),
+            ttl_ms: millis(self.ttl),
+            now: self.idem.clock.now(),
+        };
+        match self.idem.store.leader_elect(elect).await {
+            Ok(l) if l.holder == self.holder && l.current() => {
+                tracing::info!(worker = %self.holder, fence = l.fence, "elected to run the maintenance duties");
+                leading.send_replace(Some(l.token()));
+                *held = Some(Held {
+                    token: l.token(),
+                    until: asked + left(&l),
+                });
+                self.ttl / 3
+            }
+            // Another leads: try again as its lease ends.
+            Ok(l) => left(&l).min(self.ttl) + self.retry_after() / 4,
+            Err(e) => {
+                tracing::warn!(worker = %self.holder, error = %e, "maintenance election failed; will retry");
+                self.retry_after()
+            }
+        }
+    }
+
+    /// Ends the leadership now, so that another process is elected at its next try.
+    async fn resign(&self, token: LeaderToken) {
+        let renew = LeaderRenew {
+            token,
+            ttl_ms: 0,
+            now: self.idem.clock.now(),
+        };
+        if let Err(e) = self.idem.store.leader_renew(renew).await {
+            tracing::debug!(worker = %self.holder, error = %e, "maintenance leadership not resigned; it runs out");
+        }
+    }
+
+    /// The pause after a failed try: a tenth of the lease.
+    fn retry_after(&self) -> Duration {
+        self.ttl / 10
+    }
+}
+
+/// How long `l` lasts from its `now`.
+fn left(l: &Leadership) -> Duration {
+    (l.expires_at - l.now).to_std().unwrap_or_default()
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Waits until `leading` holds a leadership (answered), or `stop` changes (`None`).
+pub(crate) async fn led(
+    leading: &mut watch::Receiver<Option<LeaderToken>>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<LeaderToken> {
+    loop {
+        if let Some(token) = leading.borrow_and_update().clone() {
+            return Some(token);
+        }
+        tokio::select! {
+            changed = leading.changed() => if changed.is_err() { return None },
+            _ = stop.changed() => return None,
+        }
+    }
+}
+
+/// Whether `e` says the leadership was lost (the duty waits for the next election).
+pub(crate) fn lost(e: &IdemError) -> bool {
+    matches!(e, IdemError::Store(StoreError::LeadershipLost { .. }))
+}
