@@ -89,7 +89,8 @@ async fn leader(idem: &Idem) -> Option<String> {
         .first()
         .map(Vec::as_slice)
     {
-        Some([SqlValue::Text(h)]) => Some(h.clone()),
+        // The holder is the worker's name and an instance id.
+        Some([SqlValue::Text(h)]) => Some(h.split(" #").next().unwrap_or(h).to_owned()),
         None => None,
         other => panic!("leader: {other:?}"),
     }
@@ -132,4 +133,38 @@ async fn only_the_elected_worker_rescues(db: &TestDb) {
     assert_eq!(leader(&idem).await.as_deref(), Some("b"));
 }
 
-idem_store_tests::store_cases!(only_the_elected_worker_rescues);
+/// Two processes given the same worker name (replicas of one configuration) are still
+/// two candidates: the second does not take the first's leadership for its own.
+async fn a_worker_of_the_same_name_does_not_share_the_leadership(db: &TestDb) {
+    let idem = client(db, None);
+    let mut a = idem
+        .worker(named("same", Duration::from_secs(3600)))
+        .unwrap();
+    a.register(Noop).unwrap();
+    let a = a.start();
+    within(30, "the first is elected", async {
+        while leader(&idem).await.is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let mut b = idem
+        .worker(named("same", Duration::from_millis(20)))
+        .unwrap();
+    b.register(Noop).unwrap();
+    let b = b.start();
+    within(30, "the second starts", b.ready()).await;
+    orphans(&idem, 3).await;
+    // A negative, so a bounded wait: fifteen of b's sweeps, had it led.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(b.report().rescued, 0, "the second follows");
+    assert_eq!(completed(&idem).await, 0);
+    a.shutdown().await;
+    until_completed(&idem, 3).await;
+    assert_eq!(b.shutdown().await.rescued, 3);
+}
+
+idem_store_tests::store_cases!(
+    only_the_elected_worker_rescues,
+    a_worker_of_the_same_name_does_not_share_the_leadership,
+);

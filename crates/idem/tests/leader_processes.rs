@@ -71,7 +71,10 @@ async fn leader(idem: &Idem) -> Option<(String, i64)> {
                AND expires_at > now()";
     let rows = idem.store().query(sql, &[]).await.expect("leader");
     match rows.first().map(Vec::as_slice) {
-        Some([SqlValue::Text(h), SqlValue::Int(f)]) => Some((h.clone(), *f)),
+        // The holder is the worker's name and an instance id.
+        Some([SqlValue::Text(h), SqlValue::Int(f)]) => {
+            Some((h.split(" #").next().unwrap_or(h).to_owned(), *f))
+        }
         None => None,
         other => panic!("leader row: {other:?}"),
     }

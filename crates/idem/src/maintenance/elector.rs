@@ -22,11 +22,20 @@ use crate::error::IdemError;
 /// The leadership row of the maintenance duties.
 pub(crate) const MAINTENANCE: &str = "maintenance";
 
+/// The candidate name of one elector of `owner`: the worker's name and a random
+/// instance id, so that processes given the same name (replicas of one configuration)
+/// and a restarted process are different candidates, and none takes another's
+/// leadership for its own.
+pub(crate) fn candidate(owner: &str) -> String {
+    let owner: String = owner.chars().take(200).collect();
+    format!("{owner} #{:016x}", rand::random::<u64>())
+}
+
 /// The elector, as its owner configures it.
 pub(crate) struct Elector {
     /// The client whose store holds the leadership row.
     pub(crate) idem: Idem,
-    /// The candidate's name (its worker's).
+    /// The candidate's name ([`candidate`]).
     pub(crate) holder: String,
     /// How long a leadership lasts unless renewed.
     pub(crate) ttl: Duration,
@@ -116,6 +125,7 @@ impl Elector {
             now: self.idem.clock.now(),
         };
         match self.idem.store.leader_elect(elect).await {
+            // Its own name in force: elected now, or by an earlier try whose answer was lost.
             Ok(l) if l.holder == self.holder && l.current() => {
                 tracing::info!(worker = %self.holder, fence = l.fence, "elected to run the maintenance duties");
                 leading.send_replace(Some(l.token()));

@@ -23,7 +23,7 @@ mod purger;
 mod rescuer;
 
 pub use dead_letter::{BULK_PAGE, DeadFilter, RetryRefused};
-pub(crate) use elector::Elector;
+pub(crate) use elector::{Elector, candidate};
 pub use purge::DEFAULT_PURGE_BATCH;
 pub(crate) use purger::Purger;
 pub(crate) use rescuer::Rescuer;

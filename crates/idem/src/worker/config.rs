@@ -68,7 +68,10 @@ pub const DEFAULT_MAX_SNOOZES: i32 = 10;
 /// Settings of a worker; `validate` names any bad value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerConfig {
-    /// Name recorded as `lease_owner`; `None` = host, pid and a random suffix.
+    /// Name recorded as `lease_owner`; `None` = host, pid and a random 64-bit instance id.
+    /// Processes given one name stay apart where it matters (fences decide every write,
+    /// and each stands for the maintenance leadership under an instance id of its own);
+    /// only operators reading `lease_owner` see them as one.
     pub name: Option<String>,
     /// Queue name → how many of its jobs run at once.
     pub queues: BTreeMap<String, usize>,

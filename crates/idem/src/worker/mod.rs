@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 use crate::Idem;
 use crate::completer::Completer;
 use crate::local::QueueSlots;
-use crate::maintenance::{Elector, Purger, Rescuer};
+use crate::maintenance::{Elector, Purger, Rescuer, candidate};
 
 mod claim;
 pub(crate) mod config;
@@ -129,7 +129,7 @@ pub(crate) fn maintenance_tasks(
     let (leading, led) = watch::channel(None);
     let elector = Elector {
         idem: idem.clone(),
-        holder: owner.to_owned(),
+        holder: candidate(owner),
         ttl: config.lease,
     };
     tasks.push(tokio::spawn(elector.run(stop.clone(), leading)));
