@@ -5,11 +5,14 @@
 //!
 //! What must stay true: a leader renews every third of its lease and steps down (sends
 //! `None`) as soon as a renewal is refused, or once its lease has run out by its own
-//! monotonic clock while the store cannot be reached; a follower tries again as the
-//! leader's lease ends, so leadership moves within one lease (plus one try) of the
-//! leader's death; a leader that stops resigns, so the next is elected at once. None of
-//! this is what keeps two leaders from acting at once: each duty's transaction checks
-//! the leadership and holds it to its commit (`StoreTx::leader_check`).
+//! monotonic clock while the store cannot be reached; a follower tries again every third
+//! of a lease, or as the leader's lease ends when that is sooner, so leadership moves
+//! within one lease (plus one try) of the leader's death, and within a third of a lease
+//! of a leader's resignation (a leader that stops resigns); no call to the store waits
+//! longer than a lease, so a stalled database or row never holds up a shutdown for
+//! longer. None of this is what keeps two leaders from acting at once: each duty's
+//! transaction checks the leadership and holds it to its commit
+//! (`StoreTx::leader_check`).
 
 use std::time::{Duration, Instant};
 
@@ -85,7 +88,7 @@ impl Elector {
             ttl_ms: millis(self.ttl),
             now: self.idem.clock.now(),
         };
-        match self.idem.store.leader_renew(renew).await {
+        match self.bounded(self.idem.store.leader_renew(renew)).await {
             Ok(l) => {
                 *held = Some(Held {
                     token: h.token,
@@ -124,7 +127,7 @@ impl Elector {
             ttl_ms: millis(self.ttl),
             now: self.idem.clock.now(),
         };
-        match self.idem.store.leader_elect(elect).await {
+        match self.bounded(self.idem.store.leader_elect(elect)).await {
             // Its own name in force: elected now, or by an earlier try whose answer was lost.
             Ok(l) if l.holder == self.holder && l.current() => {
                 tracing::info!(worker = %self.holder, fence = l.fence, "elected to run the maintenance duties");
@@ -135,8 +138,9 @@ impl Elector {
                 });
                 self.ttl / 3
             }
-            // Another leads: try again as its lease ends.
-            Ok(l) => left(&l).min(self.ttl) + self.retry_after() / 4,
+            // Another leads: try again as its lease ends, or in a third of a lease (it
+            // may resign before).
+            Ok(l) => left(&l).min(self.ttl / 3) + self.retry_after() / 4,
             Err(e) => {
                 tracing::warn!(worker = %self.holder, error = %e, "maintenance election failed; will retry");
                 self.retry_after()
@@ -151,8 +155,23 @@ impl Elector {
             ttl_ms: 0,
             now: self.idem.clock.now(),
         };
-        if let Err(e) = self.idem.store.leader_renew(renew).await {
+        if let Err(e) = self.bounded(self.idem.store.leader_renew(renew)).await {
             tracing::debug!(worker = %self.holder, error = %e, "maintenance leadership not resigned; it runs out");
+        }
+    }
+
+    /// `call` to the store, given up (as unavailable) after a lease: a row or a server
+    /// that stalls it must not hold up the elector's loop or its owner's shutdown.
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = idem_store::StoreResult<T>>,
+    ) -> idem_store::StoreResult<T> {
+        match tokio::time::timeout(self.ttl, call).await {
+            Ok(answer) => answer,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "the maintenance leadership's statement did not answer within {:?}",
+                self.ttl
+            ))),
         }
     }
 
