@@ -49,6 +49,16 @@ async fn orphans(idem: &Idem, n: usize) {
     };
     let rows = idem.store().job_insert(insert).await.expect("insert");
     assert!(rows.iter().all(|r| r.job.state == idem::JobState::Running));
+    // Returns once their leases have ended on the database's clock, which the sweeps
+    // judge by (a sweep in the same millisecond would find them current).
+    let ends = rows.iter().filter_map(|r| r.job.lease_expires_at).max();
+    let ends = ends.expect("leased");
+    within(30, "the orphans' leases end", async {
+        while idem.now().await.expect("now") <= ends {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
 }
 
 /// Jobs of the queue in `state`.

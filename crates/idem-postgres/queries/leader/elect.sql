@@ -7,13 +7,13 @@
 -- elected, and a candidate waits for a leader's transaction that holds the row
 -- (check.sql) before it judges the lease. The row stays locked until the transaction
 -- ends, elected or not, so the statement sets the transaction's
--- idle_in_transaction_session_timeout to the lease (at least 5 s, at most PostgreSQL's
+-- idle_in_transaction_session_timeout to the lease (at least 1 s, at most PostgreSQL's
 -- limit): a candidate stopped before its commit loses its session and the row.
 INSERT INTO idem_leader AS l (name, holder, fence, elected_at, expires_at)
 SELECT $1, $2, 1, t.now, t.now + $3 * interval '1 millisecond'
 FROM (SELECT coalesce($4::timestamptz, now()) AS now,
              set_config('idle_in_transaction_session_timeout',
-                        least(2147483647, greatest(5000, $3))::bigint::text, true)) AS t
+                        least(2147483647, greatest(1000, $3))::bigint::text, true)) AS t
 ON CONFLICT (name) DO UPDATE
 SET holder = EXCLUDED.holder, fence = l.fence + 1, elected_at = EXCLUDED.elected_at,
     expires_at = EXCLUDED.expires_at
