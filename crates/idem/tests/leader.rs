@@ -106,34 +106,15 @@ fn leased(name: &str, lease: Duration, rescue_every: Duration) -> idem::WorkerCo
     c
 }
 
-/// The leader's worker name (the holder without its instance id) and fence.
-async fn leader_fence(idem: &Idem) -> Option<(String, i64)> {
-    let sql = "SELECT holder, fence FROM idem_leader WHERE name = 'maintenance'";
-    match idem
-        .store()
-        .query(sql, &[])
-        .await
-        .expect("leader")
-        .first()
-        .map(Vec::as_slice)
-    {
-        Some([SqlValue::Text(h), SqlValue::Int(f)]) => {
-            Some((h.split(" #").next().unwrap_or(h).to_owned(), *f))
-        }
-        None => None,
-        other => panic!("leader: {other:?}"),
-    }
-}
-
 async fn leader(idem: &Idem) -> Option<String> {
-    leader_fence(idem).await.map(|(h, _)| h)
+    maintenance_leader(idem).await.map(|(h, _)| h)
 }
 
 /// Waits until `holder` leads; returns its fence.
 async fn until_leader(idem: &Idem, holder: &str) -> i64 {
     within(30, &format!("{holder} is elected"), async {
         loop {
-            if let Some((h, fence)) = leader_fence(idem).await
+            if let Some((h, fence)) = maintenance_leader(idem).await
                 && h == holder
             {
                 return fence;
@@ -264,7 +245,7 @@ async fn a_resigning_leader_is_replaced_within_a_third_of_a_lease(db: &TestDb) {
     let b = b.start();
     within(30, "b starts", b.ready()).await;
     assert_eq!(
-        leader_fence(&idem).await.map(|(_, f)| f),
+        maintenance_leader(&idem).await.map(|(_, f)| f),
         Some(fence),
         "a leads"
     );

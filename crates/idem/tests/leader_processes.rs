@@ -64,22 +64,6 @@ fn leader_worker() {
     });
 }
 
-/// One row of `idem_leader`: holder, fence, and the database's clock minus its expiry
-/// in milliseconds (negative while it is in force).
-async fn leader(idem: &Idem) -> Option<(String, i64)> {
-    let sql = "SELECT holder, fence FROM idem_leader WHERE name = 'maintenance' \
-               AND expires_at > now()";
-    let rows = idem.store().query(sql, &[]).await.expect("leader");
-    match rows.first().map(Vec::as_slice) {
-        // The holder is the worker's name and an instance id.
-        Some([SqlValue::Text(h), SqlValue::Int(f)]) => {
-            Some((h.split(" #").next().unwrap_or(h).to_owned(), *f))
-        }
-        None => None,
-        other => panic!("leader row: {other:?}"),
-    }
-}
-
 async fn count(idem: &Idem, sql: &str) -> i64 {
     let rows = idem.store().query(sql, &[]).await.expect("count");
     match rows.first().map(Vec::as_slice) {
@@ -106,7 +90,7 @@ async fn a_killed_leader_is_replaced_within_a_lease_and_its_jobs_are_rescued() {
     }
     let (old, old_fence) = within(30, "a leader is elected", async {
         loop {
-            if let Some(l) = leader(&idem).await {
+            if let Some(l) = maintenance_leader(&idem).await {
                 return l;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -139,7 +123,7 @@ async fn a_killed_leader_is_replaced_within_a_lease_and_its_jobs_are_rescued() {
 
     let (new, new_fence) = within(30, "another leader is elected", async {
         loop {
-            if let Some((h, f)) = leader(&idem).await
+            if let Some((h, f)) = maintenance_leader(&idem).await
                 && h != old
             {
                 return (h, f);

@@ -214,6 +214,26 @@ pub fn spawn_test_child(name: &str, env: &[(&str, &str)]) -> tokio::process::Chi
         .expect("spawn the child test process")
 }
 
+/// Who leads the maintenance duties: the worker's name (the holder without its
+/// instance id) and the fence; `None` before the first election.
+pub async fn maintenance_leader(idem: &Idem) -> Option<(String, i64)> {
+    let sql = "SELECT holder, fence FROM idem_leader WHERE name = 'maintenance'";
+    match idem
+        .store()
+        .query(sql, &[])
+        .await
+        .expect("leader")
+        .first()
+        .map(Vec::as_slice)
+    {
+        Some([SqlValue::Text(h), SqlValue::Int(f)]) => {
+            Some((h.split(" #").next().unwrap_or(h).to_owned(), *f))
+        }
+        None => None,
+        other => panic!("leader row: {other:?}"),
+    }
+}
+
 /// The lines a child test process prints on stdout.
 pub type ChildLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
 
