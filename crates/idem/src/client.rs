@@ -401,8 +401,7 @@ impl Idem {
         let rows = match leader {
             None => self.store.job_rescue(params).await?,
             Some(token) => {
-                let mut tx = self.store.begin().await?;
-                tx.leader_check(token.clone(), now).await?;
+                let mut tx = self.led_tx(token).await?;
                 let rows = tx.job_rescue(params).await?;
                 tx.commit().await?;
                 rows
@@ -411,6 +410,17 @@ impl Idem {
         crate::telemetry::metrics::rescued(&rows);
         self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
         Ok(rows)
+    }
+
+    /// A transaction of the maintenance leader `token`: opened, its leadership checked
+    /// and held to the commit (`LeadershipLost` when it is not current).
+    pub(crate) async fn led_tx(
+        &self,
+        token: &idem_store::LeaderToken,
+    ) -> Result<Box<dyn StoreTx>, IdemError> {
+        let mut tx = self.store.begin().await?;
+        tx.leader_check(token.clone(), self.clock.now()).await?;
+        Ok(tx)
     }
 
     /// Wakes local workers and announces to other processes that jobs wait in `queues`.

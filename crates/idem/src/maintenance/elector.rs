@@ -210,3 +210,84 @@ pub(crate) async fn led(
 pub(crate) fn lost(e: &IdemError) -> bool {
     matches!(e, IdemError::Store(StoreError::LeadershipLost { .. }))
 }
+
+#[cfg(test)]
+mod tests {
+    use idem_store::{InsertClaim, JobInsert, JobState, NewJob, PurgeTarget};
+    use idem_store_tests::TestDb;
+
+    use super::*;
+
+    /// Waits until `t` has passed on the client's (here the database's) clock.
+    async fn until_past(idem: &Idem, t: idem_store::Timestamp) {
+        while idem.now().await.expect("now") <= t {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    async fn elect(db: &TestDb, holder: &str, ttl_ms: i64) -> Leadership {
+        let params = LeaderElect {
+            name: MAINTENANCE.to_owned(),
+            holder: holder.to_owned(),
+            ttl_ms,
+            now: None,
+        };
+        db.store.leader_elect(params).await.expect("elect")
+    }
+
+    /// The duties' writes go through the leadership check: a deposed leader's rescue
+    /// and purge are refused and move nothing; the leader in force rescues.
+    #[tokio::test]
+    async fn a_deposed_leader_s_rescue_and_purge_are_refused() {
+        let db = TestDb::sqlite().await;
+        let idem = Idem::from_store(db.store.clone());
+        let orphan = NewJob {
+            claim: Some(InsertClaim {
+                worker: "dead".to_owned(),
+                lease_ms: 1,
+            }),
+            ..NewJob::new("noop", "default", serde_json::json!({}), 25)
+        };
+        let insert = JobInsert {
+            jobs: vec![orphan],
+            ..JobInsert::default()
+        };
+        let job = db
+            .store
+            .job_insert(insert)
+            .await
+            .expect("insert")
+            .remove(0)
+            .job;
+        until_past(&idem, job.lease_expires_at.expect("leased")).await;
+
+        let old = elect(&db, "a", 1).await;
+        assert_eq!(old.holder, "a");
+        until_past(&idem, old.expires_at).await;
+        let new = elect(&db, "b", 60_000).await;
+        assert_eq!((new.holder.as_str(), new.fence), ("b", 2));
+
+        let (old, new) = (old.token(), new.token());
+        let refused = idem.rescue_capped(None, Some(&old)).await;
+        assert!(refused.as_ref().is_err_and(lost), "{refused:?}");
+        let now = idem.now().await.expect("now");
+        let purge =
+            |token| idem.purge_while(PurgeTarget::FinishedJobs, now, 10, token, |_| {}, || true);
+        let refused = purge(Some(&old)).await;
+        assert!(refused.as_ref().is_err_and(lost), "{refused:?}");
+        let row = db.store.job_get(job.id).await.expect("get").expect("job");
+        assert_eq!(
+            row.state,
+            JobState::Running,
+            "the deposed leader moved nothing"
+        );
+
+        let rescued = idem.rescue_capped(None, Some(&new)).await;
+        assert_eq!(
+            rescued.expect("rescue").len(),
+            1,
+            "the leader in force rescues"
+        );
+        purge(Some(&new)).await.expect("the leader in force purges");
+    }
+}

@@ -100,8 +100,7 @@ impl Idem {
             let n = match leader {
                 None => self.store.purge(params).await?,
                 Some(token) => {
-                    let mut tx = self.store.begin().await?;
-                    tx.leader_check(token.clone(), self.clock.now()).await?;
+                    let mut tx = self.led_tx(token).await?;
                     let n = tx.purge(params).await?;
                     tx.commit().await?;
                     n
