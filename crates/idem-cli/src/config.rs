@@ -25,7 +25,7 @@
 //! poll_interval = "500ms"     # claims without a wake-up; enqueues from other processes wake workers
 //! pool_size = 40              # PostgreSQL connections of `idem worker` and `idem serve`;
 //!                             # --pool-size overrides it; SQLite ignores it. Default: the jobs
-//!                             # at once + 7, at least 20 (serve: + up to 64), at most 100
+//!                             # at once + 8, at least 20 (serve: + up to 64), at most 100
 //! [retention]
 //! enqueue_keys = "3d"
 //! effect_keys = "3d"
@@ -919,7 +919,7 @@ dead_jobs = "7d"
         assert!(line(&r, "poll interval").ends_with(" 0.5s"), "{r}");
         let pool = line(&r, "pool size");
         assert!(
-            pool.contains("default: the jobs at once + 7, at least 20") && pool.contains("100"),
+            pool.contains("default: the jobs at once + 8, at least 20") && pool.contains("100"),
             "{pool}"
         );
         let c = CliConfig::parse(GOOD).unwrap();

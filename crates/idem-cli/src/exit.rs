@@ -95,6 +95,7 @@ impl Exit {
             StoreError::SchemaNotCurrent(_) => Exit::SchemaNotCurrent,
             StoreError::LeaseLost { .. }
             | StoreError::IntentLost { .. }
+            | StoreError::LeadershipLost { .. }
             | StoreError::Duplicate(_)
             | StoreError::Migration(_)
             | StoreError::Database(_) => Exit::Internal,

@@ -65,7 +65,7 @@ pub struct WorkerArgs {
     #[arg(long, default_value = "1m", value_parser = reconcile::duration, value_name = "DUR")]
     pub(crate) reconcile_every: Duration,
     /// Connections of the PostgreSQL pool, over the config file's `[worker] pool_size`
-    /// [default: the jobs at once + 7, at least 20 (idem serve: + up to 64 for requests),
+    /// [default: the jobs at once + 8, at least 20 (idem serve: + up to 64 for requests),
     /// at most 100]; SQLite ignores it
     #[arg(long, value_parser = pool_size_flag, value_name = "N")]
     pub(crate) pool_size: Option<NonZeroU32>,
@@ -348,7 +348,7 @@ mod tests {
         let err = worker.check_connections(Some(5), POOL_SETTING).unwrap_err();
         let err = err.to_string();
         assert!(
-            err.contains("raise --pool-size or [worker] pool_size to 56 or more"),
+            err.contains("raise --pool-size or [worker] pool_size to 57 or more"),
             "{err}"
         );
     }

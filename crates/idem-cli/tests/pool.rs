@@ -42,19 +42,19 @@ fn postgres_a_small_pool_is_refused_and_a_capped_one_warned_naming_the_setting()
     let Some(pg) = PgSchema::migrated(tmp.path()) else {
         return;
     };
-    // The default queue at the default concurrency: 10 jobs + 6 of the worker's own.
+    // The default queue at the default concurrency: 10 jobs + 7 of the worker's own.
     idem_on(tmp.path(), &pg.url, &["worker", "--pool-size", "5"])
         .expect(BAD_CONFIG)
         .warns(&[
             "the PostgreSQL pool has 5 connections",
-            "raise --pool-size or [worker] pool_size to 16 or more",
+            "raise --pool-size or [worker] pool_size to 17 or more",
         ]);
     let mut worker = Worker::start(tmp.path(), &pg.url, &["--concurrency", "200"]);
     worker.stop();
     let out = worker.0.output();
     assert!(
         out.contains("the PostgreSQL pool has 100 connections")
-            && out.contains("Raise --pool-size or [worker] pool_size to 206"),
+            && out.contains("Raise --pool-size or [worker] pool_size to 207"),
         "{out}"
     );
 }

@@ -39,6 +39,7 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
         include_str!("../migrations/0015_state_checks.sql"),
         include_str!("../migrations/0016_job_awaits_intent.sql"),
         include_str!("../migrations/0017_job_awaited_intent.sql"),
+        include_str!("../migrations/0018_leader.sql"),
     ])
 }
 

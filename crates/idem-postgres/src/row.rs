@@ -297,6 +297,18 @@ pub(crate) fn queue_finished(row: &PgRow) -> StoreResult<QueueFinished> {
 }
 
 /// A row of `queue/counts.sql`.
+/// A row of `leader/elect.sql`, `current.sql` or `renew.sql`.
+pub(crate) fn leadership(row: &PgRow) -> StoreResult<idem_store::Leadership> {
+    Ok(idem_store::Leadership {
+        name: get(row, "name")?,
+        holder: get(row, "holder")?,
+        fence: get(row, "fence")?,
+        elected_at: get(row, "elected_at")?,
+        expires_at: get(row, "expires_at")?,
+        now: get(row, "now")?,
+    })
+}
+
 pub(crate) fn paused_queue(row: &PgRow) -> StoreResult<idem_store::PausedQueue> {
     Ok(idem_store::PausedQueue {
         queue: get(row, "queue")?,

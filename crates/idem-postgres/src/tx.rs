@@ -104,6 +104,28 @@ impl StoreTx for PgTx {
         ops::queue::resume(&mut *self.tx, queue).await
     }
 
+    async fn leader_elect(
+        &mut self,
+        p: idem_store::LeaderElect,
+    ) -> StoreResult<idem_store::Leadership> {
+        ops::leader::elect(&mut self.tx, p).await
+    }
+
+    async fn leader_renew(
+        &mut self,
+        p: idem_store::LeaderRenew,
+    ) -> StoreResult<idem_store::Leadership> {
+        ops::leader::renew(&mut self.tx, p).await
+    }
+
+    async fn leader_check(
+        &mut self,
+        token: idem_store::LeaderToken,
+        now: Option<idem_store::Timestamp>,
+    ) -> StoreResult<()> {
+        ops::leader::check(&mut self.tx, token, now).await
+    }
+
     async fn job_unclaim_paused(
         &mut self,
         leases: Vec<idem_store::LeaseToken>,

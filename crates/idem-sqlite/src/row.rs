@@ -376,6 +376,20 @@ pub(crate) fn queue_finished(row: &Row<'_>) -> StoreResult<QueueFinished> {
 }
 
 /// A row of `queue/counts.sql`.
+/// A leadership row: name, holder, fence, elected_at, expires_at.
+pub(crate) type LeaderRow = (String, String, i64, Timestamp, Timestamp);
+
+/// A row of `leader/elect.sql`, `current.sql` or `renew.sql`.
+pub(crate) fn leader(row: &Row<'_>) -> StoreResult<LeaderRow> {
+    Ok((
+        get(row, "name")?,
+        get(row, "holder")?,
+        get(row, "fence")?,
+        ts(row, "elected_at")?,
+        ts(row, "expires_at")?,
+    ))
+}
+
 pub(crate) fn paused_queue(row: &Row<'_>) -> StoreResult<idem_store::PausedQueue> {
     Ok(idem_store::PausedQueue {
         queue: get(row, "queue")?,

@@ -186,6 +186,28 @@ impl StoreTx for SqliteTx {
         self.run(move |c| ops::queue::resume(c, &queue)).await
     }
 
+    async fn leader_elect(
+        &mut self,
+        p: idem_store::LeaderElect,
+    ) -> StoreResult<idem_store::Leadership> {
+        self.run(move |c| ops::leader::elect(c, &p)).await
+    }
+
+    async fn leader_renew(
+        &mut self,
+        p: idem_store::LeaderRenew,
+    ) -> StoreResult<idem_store::Leadership> {
+        self.run(move |c| ops::leader::renew(c, &p)).await
+    }
+
+    async fn leader_check(
+        &mut self,
+        token: idem_store::LeaderToken,
+        now: Option<idem_store::Timestamp>,
+    ) -> StoreResult<()> {
+        self.run(move |c| ops::leader::check(c, &token, now)).await
+    }
+
     async fn job_unclaim_paused(
         &mut self,
         leases: Vec<idem_store::LeaseToken>,

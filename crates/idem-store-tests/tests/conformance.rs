@@ -5,8 +5,8 @@
 use idem_store_tests::cases::{
     attack_pause::*, batch::*, batch_attack::*, counter::*, effect::*, enqueue_key::*, http_key::*,
     intent::*, intent_attack::*, intent_race::*, job_cancel::*, job_claim::*, job_dead::*,
-    job_finish::*, job_insert::*, job_lease::*, job_read::*, job_rescue::*, ledger::*, migrate::*,
-    principal::*, purge::*, queue_pause::*, tx::*,
+    job_finish::*, job_insert::*, job_lease::*, job_read::*, job_rescue::*, leader::*, ledger::*,
+    migrate::*, principal::*, purge::*, queue_pause::*, tx::*,
 };
 
 idem_store_tests::store_cases!(
@@ -54,6 +54,11 @@ idem_store_tests::store_cases!(
     claim_concurrently_never_duplicates,
     claim_concurrently_across_stores_never_duplicates,
     claim_takes_only_the_kinds_asked_for,
+    // leader
+    leader_elect_takes_only_an_ended_leadership_under_the_next_fence,
+    leader_check_refuses_a_stale_leader_s_rescue,
+    leader_election_waits_for_the_leader_s_open_transaction,
+    leader_elect_concurrently_elects_one,
     // queue_pause
     queue_pause_stops_claims_until_resumed,
     queue_pause_inserts_a_local_claim_unclaimed,

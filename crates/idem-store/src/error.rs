@@ -35,6 +35,20 @@ pub enum StoreError {
         /// The fence the stale holder carried.
         fence: i64,
     },
+    /// The leadership is no longer held under this fence: its lease ended and another
+    /// process may lead. The leader's write was refused; nothing changed.
+    #[error(
+        "leadership of {name:?} lost: election {fence} of {holder:?} is no longer current \
+         (its lease ended, or another process was elected); nothing was written"
+    )]
+    LeadershipLost {
+        /// The duties led.
+        name: String,
+        /// The stale leader.
+        holder: String,
+        /// The election it carried.
+        fence: i64,
+    },
     /// The record does not exist.
     #[error("{what} not found")]
     NotFound {
@@ -109,6 +123,15 @@ impl StoreError {
         StoreError::LeaseLost {
             job_id: lease.job_id,
             fence: lease.fence,
+        }
+    }
+
+    /// [`StoreError::LeadershipLost`] for `token`.
+    pub fn leadership_lost(token: &crate::LeaderToken) -> Self {
+        StoreError::LeadershipLost {
+            name: token.name.clone(),
+            holder: token.holder.clone(),
+            fence: token.fence,
         }
     }
 

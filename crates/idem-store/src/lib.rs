@@ -35,6 +35,7 @@ pub mod fast_path;
 pub mod http_key;
 pub mod intent;
 mod job;
+mod leader;
 mod ledger;
 mod maintenance;
 pub mod migration;
@@ -63,6 +64,7 @@ pub use job::{
     JobList, JobLock, JobRescue, JobRow, JobState, LeaseRenewal, LeaseToken, NewJob, QueueCount,
     QueueFinished, QueueFinishedList, QueueWaiting, RESCUE_ERROR_PREFIX,
 };
+pub use leader::{LeaderElect, LeaderRenew, LeaderToken, Leadership};
 pub use ledger::{LedgerEntry, LedgerMismatch, LedgerPost, LedgerPosted};
 pub use maintenance::{JobDiscard, JobPutBack, JobRetry, Purge, PurgeTarget};
 pub use queue::{PausedQueue, QueuePause};

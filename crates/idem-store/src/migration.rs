@@ -32,7 +32,7 @@ impl Migration {
 }
 
 /// How many migrations this build has.
-pub const COUNT: usize = 17;
+pub const COUNT: usize = 18;
 
 /// Every migration's version and name, the same on every store, in order.
 pub const NAMES: [(i64, &str); COUNT] = [
@@ -53,6 +53,7 @@ pub const NAMES: [(i64, &str); COUNT] = [
     (15, "state_checks"),
     (16, "job_awaits_intent"),
     (17, "job_awaited_intent"),
+    (18, "leader"),
 ];
 
 /// A store's migrations: `sql[i]` is the store's SQL for `NAMES[i]`. A store that lacks

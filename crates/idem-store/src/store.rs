@@ -168,6 +168,16 @@ pub trait Store: Send + Sync + 'static {
         in_tx!(self, queue_resume, queue)
     }
 
+    /// [`StoreTx::leader_elect`] in its own transaction.
+    async fn leader_elect(&self, params: crate::LeaderElect) -> StoreResult<crate::Leadership> {
+        in_tx!(self, leader_elect, params)
+    }
+
+    /// [`StoreTx::leader_renew`] in its own transaction.
+    async fn leader_renew(&self, params: crate::LeaderRenew) -> StoreResult<crate::Leadership> {
+        in_tx!(self, leader_renew, params)
+    }
+
     /// [`StoreTx::job_insert`] in its own transaction. A batch without enqueue keys goes
     /// through [`Store::job_insert_rows`], which a store may run as one statement.
     async fn job_insert(&self, params: JobInsert) -> StoreResult<Vec<Enqueued>> {
@@ -350,6 +360,24 @@ pub trait StoreTx: Send {
 
     /// Resumes a paused queue; `false` when it was not paused.
     async fn queue_resume(&mut self, queue: String) -> StoreResult<bool>;
+
+    /// Elects the candidate when nobody leads `name` now (no row yet, or the lease
+    /// ended): it leads under the next fence until now + ttl. Returns who leads after the
+    /// attempt, the candidate or the leader in force (see [`crate::leader`]).
+    async fn leader_elect(&mut self, params: crate::LeaderElect) -> StoreResult<crate::Leadership>;
+
+    /// Extends the leadership of `params.token` to now + ttl (0 ends it now) when it is
+    /// still current; [`crate::StoreError::LeadershipLost`] otherwise.
+    async fn leader_renew(&mut self, params: crate::LeaderRenew) -> StoreResult<crate::Leadership>;
+
+    /// Checks that `token` leads now (`now`, else the database clock) and holds its row
+    /// until this transaction ends, so no other process is elected before the writes
+    /// made after it commit; [`crate::StoreError::LeadershipLost`] otherwise.
+    async fn leader_check(
+        &mut self,
+        token: crate::LeaderToken,
+        now: Option<crate::Timestamp>,
+    ) -> StoreResult<()>;
 
     /// Gives back the claims in `leases`, jobs this transaction inserted claimed for a
     /// local worker, whose queue is paused now (available, attempt 0, no lease, the

@@ -380,21 +380,47 @@ impl Idem {
     /// Moves running jobs whose lease expired back to `retryable` (or `dead` when out of
     /// attempts); workers do this on their own every few seconds.
     pub async fn rescue(&self) -> Result<Vec<JobRow>, IdemError> {
-        self.rescue_capped(None).await
+        self.rescue_capped(None, None).await
     }
 
-    /// [`Idem::rescue`] with a worker's cap on attempts (its `max_attempts`).
-    pub(crate) async fn rescue_capped(&self, cap: Option<i32>) -> Result<Vec<JobRow>, IdemError> {
+    /// [`Idem::rescue`] with a worker's cap on attempts (its `max_attempts`), made for
+    /// the maintenance leader `leader` when given: in a transaction that first checks
+    /// the leadership and holds it to the commit (refused with `LeadershipLost`).
+    pub(crate) async fn rescue_capped(
+        &self,
+        cap: Option<i32>,
+        leader: Option<&idem_store::LeaderToken>,
+    ) -> Result<Vec<JobRow>, IdemError> {
+        let now = self.clock.now();
         let params = JobRescue {
             limit: RESCUE_BATCH,
             retry_in_ms: 0,
             max_attempts: cap,
-            now: self.clock.now(),
+            now,
         };
-        let rows = self.store.job_rescue(params).await?;
+        let rows = match leader {
+            None => self.store.job_rescue(params).await?,
+            Some(token) => {
+                let mut tx = self.led_tx(token).await?;
+                let rows = tx.job_rescue(params).await?;
+                tx.commit().await?;
+                rows
+            }
+        };
         crate::telemetry::metrics::rescued(&rows);
         self.jobs_waiting(rows.iter().map(|r| r.queue.as_str()));
         Ok(rows)
+    }
+
+    /// A transaction of the maintenance leader `token`: opened, its leadership checked
+    /// and held to the commit (`LeadershipLost` when it is not current).
+    pub(crate) async fn led_tx(
+        &self,
+        token: &idem_store::LeaderToken,
+    ) -> Result<Box<dyn StoreTx>, IdemError> {
+        let mut tx = self.store.begin().await?;
+        tx.leader_check(token.clone(), self.clock.now()).await?;
+        Ok(tx)
     }
 
     /// Wakes local workers and announces to other processes that jobs wait in `queues`.

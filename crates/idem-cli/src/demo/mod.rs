@@ -38,14 +38,16 @@ impl DemoArgs {
         }
         self.fleet.validate(!self.no_chaos)?;
         let faults = |n: usize| if self.no_chaos { 0 } else { n };
-        // Long enough for the faults to find work; without them, as fast as it goes.
+        // Long enough for the faults to find work (the second zombie waits for the first
+        // to be taken over, which may take a few leases, and must still find jobs to
+        // hold); without them, as fast as it goes.
         let seconds = self.jobs as f64 / 200.0;
         Ok(Plan {
             jobs: self.jobs,
             duration: Duration::from_secs_f64(if self.no_chaos {
                 seconds
             } else {
-                seconds.max(15.0)
+                seconds.max(20.0)
             }),
             fleet: self.fleet,
             kills: faults(3),

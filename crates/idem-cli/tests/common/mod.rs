@@ -347,6 +347,7 @@ const SQLITE_MIGRATIONS: [&str; idem_store::migration::COUNT] = [
     include_str!("../../../idem-sqlite/migrations/0015_state_checks.sql"),
     include_str!("../../../idem-sqlite/migrations/0016_job_awaits_intent.sql"),
     include_str!("../../../idem-sqlite/migrations/0017_job_awaited_intent.sql"),
+    include_str!("../../../idem-sqlite/migrations/0018_leader.sql"),
 ];
 
 /// How many migrations the tests' older databases have: all of this build's but the

@@ -26,6 +26,9 @@ fn store_problem(e: StoreError, detail: String) -> Problem {
     match e {
         StoreError::LeaseLost { .. } => Problem::new(StatusCode::CONFLICT, "lease_lost", detail),
         StoreError::IntentLost { .. } => Problem::new(StatusCode::CONFLICT, "intent_lost", detail),
+        StoreError::LeadershipLost { .. } => {
+            Problem::new(StatusCode::CONFLICT, "leadership_lost", detail)
+        }
         StoreError::NotFound { .. } => Problem::new(StatusCode::NOT_FOUND, "not_found", detail),
         StoreError::Conflict(_) | StoreError::Duplicate(_) => {
             Problem::new(StatusCode::CONFLICT, "conflict", detail)

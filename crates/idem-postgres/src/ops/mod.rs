@@ -19,6 +19,7 @@ pub(crate) mod http_key;
 pub(crate) mod intent;
 pub(crate) mod job;
 pub(crate) mod job_attempt;
+pub(crate) mod leader;
 pub(crate) mod ledger;
 pub(crate) mod purge;
 pub(crate) mod queue;

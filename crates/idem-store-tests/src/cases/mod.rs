@@ -24,6 +24,7 @@ pub mod job_insert;
 pub mod job_lease;
 pub mod job_read;
 pub mod job_rescue;
+pub mod leader;
 pub mod ledger;
 pub mod migrate;
 pub mod principal;

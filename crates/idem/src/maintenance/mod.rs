@@ -3,10 +3,11 @@
 //!
 //! The services, one file each (as River keeps `internal/maintenance/job_rescuer.go`
 //! and `job_cleaner.go`): `rescuer.rs` moves jobs whose lease expired back to
-//! `retryable`, `purger.rs` deletes records past their retention. Today each worker
-//! runs them beside its claim loops and stops them with its claims; later an elected
-//! leader will, so that one process sweeps for all. A service takes what it needs (the
-//! client, its interval, a stop signal, its owner's name) and nothing of the worker's.
+//! `retryable`, `purger.rs` deletes records past their retention. Every worker runs
+//! them beside its claim loops, with `elector.rs`, and they act only while its process
+//! leads the maintenance duties, so that one process sweeps for all. A service takes
+//! what it needs (the client, its interval, a stop signal, the leadership it acts
+//! under, its owner's name) and nothing of the worker's.
 //!
 //! The actions on [`Idem`](crate::Idem): `dead_letter.rs` (retry and discard of dead
 //! jobs) and `purge.rs` (purges in bounded batches, which the purger runs too).
@@ -16,11 +17,13 @@
 //! its next interval, never fatal to its owner.
 
 mod dead_letter;
+mod elector;
 mod purge;
 mod purger;
 mod rescuer;
 
 pub use dead_letter::{BULK_PAGE, DeadFilter, RetryRefused};
+pub(crate) use elector::{Elector, candidate};
 pub use purge::DEFAULT_PURGE_BATCH;
 pub(crate) use purger::Purger;
 pub(crate) use rescuer::Rescuer;

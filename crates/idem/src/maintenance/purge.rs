@@ -7,7 +7,7 @@
 //! window, and effect data (ledger entries, counter numbers) is never touched; each
 //! batch is its own short transaction, oldest first.
 
-use idem_store::{Purge, PurgeTarget, Timestamp};
+use idem_store::{LeaderToken, Purge, PurgeTarget, Timestamp};
 
 use crate::client::Idem;
 use crate::error::IdemError;
@@ -68,17 +68,20 @@ impl Idem {
         batch: u32,
         progress: impl FnMut(u64),
     ) -> Result<u64, IdemError> {
-        self.purge_while(target, before, batch, progress, || true)
+        self.purge_while(target, before, batch, None, progress, || true)
             .await
     }
 
     /// [`Idem::purge_before`] that stops between batches once `go_on` says so (a worker
-    /// shutting down).
+    /// shutting down); made for the maintenance leader `leader` when given, each batch
+    /// in a transaction that first checks the leadership (refused with
+    /// `LeadershipLost`).
     pub(crate) async fn purge_while(
         &self,
         target: PurgeTarget,
         before: Timestamp,
         batch: u32,
+        leader: Option<&LeaderToken>,
         mut progress: impl FnMut(u64),
         go_on: impl Fn() -> bool,
     ) -> Result<u64, IdemError> {
@@ -89,15 +92,20 @@ impl Idem {
         }
         let mut total = 0;
         while go_on() {
-            let limit = batch;
-            let n = self
-                .store
-                .purge(Purge {
-                    target,
-                    before,
-                    limit,
-                })
-                .await?;
+            let params = Purge {
+                target,
+                before,
+                limit: batch,
+            };
+            let n = match leader {
+                None => self.store.purge(params).await?,
+                Some(token) => {
+                    let mut tx = self.led_tx(token).await?;
+                    let n = tx.purge(params).await?;
+                    tx.commit().await?;
+                    n
+                }
+            };
             total += n;
             crate::telemetry::metrics::purged(target, n);
             progress(n);

@@ -1,6 +1,7 @@
-//! The rescue service: every `interval` it moves running jobs whose lease expired back to
-//! `retryable` (or `dead` once their attempts are used up), so a job whose worker died or
-//! stalled runs again under a higher fence.
+//! The rescue service: while its process leads the maintenance duties (`elector.rs`),
+//! every `interval` it moves running jobs whose lease expired back to `retryable` (or
+//! `dead` once their attempts are used up), so a job whose worker died or stalled runs
+//! again under a higher fence. Each sweep is fenced by the leadership it was made under.
 //!
 //! What must stay true: a lease's expiry is judged on the database clock (the client's
 //! injected clock in tests), never on a worker's; a job whose effect transaction is
@@ -10,8 +11,10 @@
 
 use std::time::Duration;
 
+use idem_store::LeaderToken;
 use tokio::sync::watch;
 
+use super::elector;
 use crate::client::Idem;
 
 /// The rescue service, as its owner configures it.
@@ -28,11 +31,17 @@ pub(crate) struct Rescuer {
 }
 
 impl Rescuer {
-    /// Sweeps at once, then every `interval`, until `stop` changes; `rescued` is told how
-    /// many jobs each sweep that found some moved.
-    pub(crate) async fn run(self, mut stop: watch::Receiver<bool>, rescued: impl Fn(u64)) {
-        loop {
-            let n = self.sweep().await;
+    /// Sweeps while `leading` holds this process's maintenance leadership: at once when
+    /// elected, then every `interval`, until `stop` changes; `rescued` is told how many
+    /// jobs each sweep that found some moved.
+    pub(crate) async fn run(
+        self,
+        mut stop: watch::Receiver<bool>,
+        mut leading: watch::Receiver<Option<LeaderToken>>,
+        rescued: impl Fn(u64),
+    ) {
+        while let Some(token) = elector::led(&mut leading, &mut stop).await {
+            let n = self.sweep(&token).await;
             if n > 0 {
                 rescued(n);
             }
@@ -43,14 +52,23 @@ impl Rescuer {
         }
     }
 
-    /// One sweep; returns how many jobs it moved (a failure is logged, and counts none).
-    async fn sweep(&self) -> u64 {
-        match self.idem.rescue_capped(self.max_attempts).await {
+    /// One sweep for the leader `token`; returns how many jobs it moved (a failure is
+    /// logged, and counts none).
+    async fn sweep(&self, token: &LeaderToken) -> u64 {
+        match self
+            .idem
+            .rescue_capped(self.max_attempts, Some(token))
+            .await
+        {
             Ok(rows) if !rows.is_empty() => {
                 tracing::info!(worker = %self.owner, rescued = rows.len(), "rescued expired leases");
                 rows.len() as u64
             }
             Ok(_) => 0,
+            Err(e) if elector::lost(&e) => {
+                tracing::info!(worker = %self.owner, error = %e, "rescue refused: no longer the maintenance leader");
+                0
+            }
             Err(e) => {
                 tracing::warn!(worker = %self.owner, error = %e, "rescue failed");
                 0

@@ -31,9 +31,10 @@ pub const DEFAULT_CLAIM_BATCH: usize = 100;
 pub const DEFAULT_PURGE_INTERVAL: Duration = Duration::from_secs(60);
 /// Connections of a worker's own duties, beside its running jobs: two completion flushes
 /// in flight (the transactions that count batch children), the rescuer, the purger, the
-/// listener (which holds its connection) and the announcer of enqueues. On PostgreSQL
-/// claims, the heartbeat and the first statement of each flush use pools of their own.
-pub const WORKER_CONNECTIONS: u32 = 6;
+/// maintenance elector, the listener (which holds its connection) and the announcer of
+/// enqueues. On PostgreSQL claims, the heartbeat and the first statement of each flush
+/// use pools of their own.
+pub const WORKER_CONNECTIONS: u32 = 7;
 /// The setting that sizes the PostgreSQL pool, as the pool check names it to a library
 /// user ([`WorkerConfig::check_connections`]); a program that sizes the pool from its own
 /// settings names those instead (`Idem::with_pool_setting`).
@@ -67,7 +68,10 @@ pub const DEFAULT_MAX_SNOOZES: i32 = 10;
 /// Settings of a worker; `validate` names any bad value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkerConfig {
-    /// Name recorded as `lease_owner`; `None` = host, pid and a random suffix.
+    /// Name recorded as `lease_owner`; `None` = host, pid and a random 64-bit instance id.
+    /// Processes given one name stay apart where it matters (fences decide every write,
+    /// and each stands for the maintenance leadership under an instance id of its own);
+    /// only operators reading `lease_owner` see them as one.
     pub name: Option<String>,
     /// Queue name → how many of its jobs run at once.
     pub queues: BTreeMap<String, usize>,
@@ -394,12 +398,12 @@ mod tests {
         let err = one.check_connections(Some(WORKER_CONNECTIONS), POOL_SETTING);
         let err = err.unwrap_err().to_string();
         assert!(
-            err.contains("raise PgOptions::max_connections (Idem::connect_with) to 7 or more"),
+            err.contains("raise PgOptions::max_connections (Idem::connect_with) to 8 or more"),
             "{err}"
         );
         let err = one.check_connections(Some(3), "--pool-size");
         let err = err.unwrap_err().to_string();
-        assert!(err.contains("raise --pool-size to 7 or more"), "{err}");
+        assert!(err.contains("raise --pool-size to 8 or more"), "{err}");
         one.check_connections(Some(WORKER_CONNECTIONS + 1), "--pool-size")
             .unwrap();
         one.check_connections(None, "--pool-size").unwrap();

@@ -36,7 +36,7 @@ use tokio::task::JoinHandle;
 use crate::Idem;
 use crate::completer::Completer;
 use crate::local::QueueSlots;
-use crate::maintenance::{Purger, Rescuer};
+use crate::maintenance::{Elector, Purger, Rescuer, candidate};
 
 mod claim;
 pub(crate) mod config;
@@ -115,8 +115,9 @@ fn maintenance(shared: &Arc<Shared>, stop: watch::Receiver<bool>) -> Vec<JoinHan
     maintenance_tasks(&shared.idem, &shared.config, &shared.name, stop, rescued)
 }
 
-/// The purger (unless `config` turns it off) and the rescuer of `owner`, until `stop`;
-/// `rescued` is told how many jobs each sweep that found some moved.
+/// The elector, the purger (unless `config` turns it off) and the rescuer of `owner`,
+/// until `stop`: the two duties act while `owner` leads them, elected for a lease of
+/// `config.lease`; `rescued` is told how many jobs each sweep that found some moved.
 pub(crate) fn maintenance_tasks(
     idem: &Idem,
     config: &WorkerConfig,
@@ -125,13 +126,20 @@ pub(crate) fn maintenance_tasks(
     rescued: impl Fn(u64) + Send + 'static,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = Vec::new();
+    let (leading, led) = watch::channel(None);
+    let elector = Elector {
+        idem: idem.clone(),
+        holder: candidate(owner),
+        ttl: config.lease,
+    };
+    tasks.push(tokio::spawn(elector.run(stop.clone(), leading)));
     if let Some(interval) = config.purge_interval {
         let purger = Purger {
             idem: idem.clone(),
             interval,
             owner: owner.to_owned(),
         };
-        tasks.push(tokio::spawn(purger.run(stop.clone())));
+        tasks.push(tokio::spawn(purger.run(stop.clone(), led.clone())));
     }
     let rescuer = Rescuer {
         idem: idem.clone(),
@@ -139,6 +147,6 @@ pub(crate) fn maintenance_tasks(
         interval: config.rescue_interval,
         owner: owner.to_owned(),
     };
-    tasks.push(tokio::spawn(rescuer.run(stop, rescued)));
+    tasks.push(tokio::spawn(rescuer.run(stop, led, rescued)));
     tasks
 }

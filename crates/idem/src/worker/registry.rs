@@ -140,13 +140,14 @@ impl Worker {
     }
 }
 
-/// The default worker name: host, pid and a random suffix.
+/// The default worker name: host, pid and a random 64-bit instance id, unique even
+/// where replicas share a host name and a pid (containers started from one image).
 fn default_name() -> String {
     let host = std::fs::read_to_string("/etc/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "worker".to_owned());
-    let suffix: u16 = rand::rng().random();
-    format!("{host}-{}-{suffix:04x}", std::process::id())
+    let instance: u64 = rand::rng().random();
+    format!("{host}-{}-{instance:016x}", std::process::id())
 }

@@ -214,6 +214,47 @@ pub fn spawn_test_child(name: &str, env: &[(&str, &str)]) -> tokio::process::Chi
         .expect("spawn the child test process")
 }
 
+/// Who leads the maintenance duties: the worker's name (the holder without its
+/// instance id) and the fence; `None` before the first election.
+pub async fn maintenance_leader(idem: &Idem) -> Option<(String, i64)> {
+    let sql = "SELECT holder, fence FROM idem_leader WHERE name = 'maintenance'";
+    match idem
+        .store()
+        .query(sql, &[])
+        .await
+        .expect("leader")
+        .first()
+        .map(Vec::as_slice)
+    {
+        Some([SqlValue::Text(h), SqlValue::Int(f)]) => {
+            Some((h.split(" #").next().unwrap_or(h).to_owned(), *f))
+        }
+        None => None,
+        other => panic!("leader row: {other:?}"),
+    }
+}
+
+/// The lines a child test process prints on stdout.
+pub type ChildLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// Waits until the child `name` prints a line containing `ready`; returns the rest of
+/// its output. Fails when it ends first or takes over a minute.
+pub async fn until_ready(child: &mut tokio::process::Child, name: &str, ready: &str) -> ChildLines {
+    use tokio::io::AsyncBufReadExt;
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    idem_store_tests::harness::within(60, "a worker process starts", async {
+        while let Some(line) = lines.next_line().await.expect("child stdout") {
+            if line.contains(ready) {
+                return;
+            }
+        }
+        panic!("worker {name} ended before it was ready");
+    })
+    .await;
+    lines
+}
+
 /// The body of the child test `name`: runs `body` on a runtime of its own with the
 /// database URL the parent put in `var`; run as an ordinary test (`var` unset), it
 /// does nothing but say so.
