@@ -47,6 +47,17 @@ pub(crate) struct Done {
     pub(super) zombies: usize,
     pub(super) terminated: usize,
     pub(super) restarts: usize,
+    /// When the run started, for the events' times.
+    started: Option<Instant>,
+}
+
+impl Done {
+    /// Records `line` as an event, at its time from the start of the run.
+    fn event(&mut self, line: String) {
+        let at = self.started.map(|s| s.elapsed()).unwrap_or_default();
+        self.events
+            .push(format!("{:5.1} s  {line}", at.as_secs_f64()));
+    }
 }
 
 /// The moments, from the start of the run, at which the planned faults happen: spread
@@ -94,12 +105,15 @@ pub(super) async fn drive(
         expected as u64,
         "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} jobs finished {msg}",
     );
-    let mut done = Done::default();
+    let started = Instant::now();
+    let mut done = Done {
+        started: Some(started),
+        ..Done::default()
+    };
     let pause_for = Duration::from_millis(plan.fleet.lease_ms * 2 + 500);
     let mut due: VecDeque<(Duration, Fault)> = schedule(plan, pause_for).into();
     let limit =
         plan.duration + Duration::from_secs(120) + Duration::from_millis(expected as u64 * 20);
-    let started = Instant::now();
     let mut paused: Option<Paused> = None;
     let mut zombies: Vec<String> = Vec::new();
     loop {
@@ -123,6 +137,11 @@ pub(super) async fn drive(
                 })
         {
             resume(fleet, &p.name);
+            done.event(format!(
+                "SIGCONT {} after {:.1} s",
+                p.name,
+                p.since.elapsed().as_secs_f64()
+            ));
         }
         let quiet = due.is_empty() && paused.is_none();
         if quiet && produced.done.load(Ordering::SeqCst) && unfinished == 0 {
@@ -235,7 +254,7 @@ async fn kill(
             "at a random moment"
         }
     };
-    done.events.push(format!(
+    done.event(format!(
         "SIGKILL {name} {at}: {jobs} jobs and {calls} remote calls in flight"
     ));
     Ok(())
@@ -308,7 +327,7 @@ async fn pause(
             continue;
         }
         done.zombies += 1;
-        done.events.push(format!(
+        done.event(format!(
             "SIGSTOP {name} (pid {pid}) for at least {} ms, until the jobs it held were taken \
              over, then SIGCONT: a zombie{}",
             pause_for.as_millis(),
@@ -366,12 +385,9 @@ async fn terminate(pg: Option<&OwnPostgres>, done: &mut Done) {
     match pg.terminate_backends(3).await {
         Ok(n) => {
             done.terminated += n;
-            done.events
-                .push(format!("pg_terminate_backend on {n} connections"));
+            done.event(format!("pg_terminate_backend on {n} connections"));
         }
-        Err(e) => done
-            .events
-            .push(format!("pg_terminate_backend failed: {e:#}")),
+        Err(e) => done.event(format!("pg_terminate_backend failed: {e:#}")),
     }
 }
 
@@ -379,7 +395,7 @@ async fn restart(pg: Option<&OwnPostgres>, done: &mut Done) -> anyhow::Result<()
     let Some(pg) = pg else { return Ok(()) };
     let down = pg.restart_immediate().await?;
     done.restarts += 1;
-    done.events.push(format!(
+    done.event(format!(
         "PostgreSQL restarted in immediate mode (crash recovery), answering again after {} ms",
         down.as_millis()
     ));
