@@ -63,6 +63,19 @@ pub const SESSION: [(&str, &str); 1] = [("default_transaction_isolation", "read 
 /// statements as they were written.
 pub const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
+/// What opens each transaction of a store whose transactions may sit idle for `idle`
+/// ([`PgOptions::idle_in_transaction_timeout`]): [`BEGIN`], and in the same round trip
+/// the transaction's own `idle_in_transaction_session_timeout`, so that a process that
+/// stops inside it (a paused VM, a SIGSTOP) loses its session and the rows it locked,
+/// such as a job's, instead of pinning them until it resumes. A statement of the
+/// transaction may set its own (an effect transaction's lease, a leadership's).
+pub(crate) fn begin_sql(idle: Duration) -> String {
+    format!(
+        "{BEGIN}; SET LOCAL idle_in_transaction_session_timeout = {}",
+        millis_text(idle)
+    )
+}
+
 /// The longest schema name PostgreSQL keeps (NAMEDATALEN - 1).
 pub const MAX_SCHEMA_LEN: usize = 63;
 
@@ -88,10 +101,21 @@ pub struct PgOptions {
     /// row another transaction holds, such as a worker's open effect transaction, before
     /// it gives up with [`StoreError::Busy`] instead of hanging.
     pub operator_lock_timeout: Duration,
+    /// How long a transaction idem opens (its own, and one a caller opens with the
+    /// store's `begin`) may sit idle between statements before PostgreSQL ends its
+    /// session, releasing what it locked. An effect transaction uses what is left of
+    /// its job's lease instead.
+    pub idle_in_transaction_timeout: Duration,
 }
 
 /// Default [`PgOptions::operator_lock_timeout`]: 5 s.
 pub const DEFAULT_OPERATOR_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Default [`PgOptions::idle_in_transaction_timeout`]: 10 s.
+pub const DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// PostgreSQL's largest `idle_in_transaction_session_timeout`: 2^31 - 1 ms.
+const MAX_IDLE_IN_TRANSACTION_MS: u128 = i32::MAX as u128;
 
 impl Default for PgOptions {
     fn default() -> Self {
@@ -99,6 +123,7 @@ impl Default for PgOptions {
             schema: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             operator_lock_timeout: DEFAULT_OPERATOR_LOCK_TIMEOUT,
+            idle_in_transaction_timeout: DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
         }
     }
 }
@@ -112,6 +137,14 @@ impl PgOptions {
                  duration above zero (5 s is the default)"
                     .into(),
             ));
+        }
+        let idle_ms = self.idle_in_transaction_timeout.as_millis();
+        if !(1..=MAX_IDLE_IN_TRANSACTION_MS).contains(&idle_ms) {
+            return Err(StoreError::Config(format!(
+                "idle_in_transaction_timeout is {:?}; give 1 ms to {MAX_IDLE_IN_TRANSACTION_MS} ms \
+                 (PostgreSQL's range; 0 would mean no timeout; 10 s is the default)",
+                self.idle_in_transaction_timeout
+            )));
         }
         if self.max_connections == 0 {
             return Err(StoreError::Config(

@@ -46,9 +46,9 @@ use idem_store::{
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 pub use connect::{
-    BEGIN, CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_OPERATOR_LOCK_TIMEOUT, ENGINE_CONNECTIONS, GENERIC_PLANS, MAX_SCHEMA_LEN, PgOptions,
-    SESSION, redact, url_with_search_path,
+    BEGIN, CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATOR_LOCK_TIMEOUT, ENGINE_CONNECTIONS, GENERIC_PLANS,
+    MAX_SCHEMA_LEN, PgOptions, SESSION, redact, url_with_search_path,
 };
 pub use error::interpret_error;
 pub use tx::PgTx;
@@ -64,6 +64,8 @@ pub struct PgStore {
     engine: PgPool,
     /// [`PgOptions::operator_lock_timeout`].
     operator_lock_timeout: std::time::Duration,
+    /// What opens each transaction ([`connect::begin_sql`]).
+    begin: std::sync::Arc<str>,
     /// [`PgOptions::max_connections`].
     max_connections: u32,
 }
@@ -135,6 +137,7 @@ impl PgStore {
             claims,
             engine,
             operator_lock_timeout: options.operator_lock_timeout,
+            begin: connect::begin_sql(options.idle_in_transaction_timeout).into(),
             max_connections: options.max_connections,
         })
     }
@@ -161,7 +164,7 @@ impl Store for PgStore {
     }
 
     async fn begin(&self) -> StoreResult<Box<dyn StoreTx>> {
-        Ok(Box::new(PgTx::begin(&self.pool).await?))
+        Ok(Box::new(PgTx::begin(&self.pool, &self.begin).await?))
     }
 
     async fn now(&self) -> StoreResult<Timestamp> {
@@ -285,15 +288,15 @@ impl Store for PgStore {
     }
 
     async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
-        operator::retry(&self.pool, self.operator_lock_timeout, p).await
+        operator::retry(self, p).await
     }
 
     async fn job_discard(&self, p: JobDiscard) -> StoreResult<Vec<i64>> {
-        operator::discard(&self.pool, self.operator_lock_timeout, p).await
+        operator::discard(self, p).await
     }
 
     async fn job_cancel(&self, p: JobCancel) -> StoreResult<JobRow> {
-        operator::cancel(&self.pool, self.operator_lock_timeout, p).await
+        operator::cancel(self, p).await
     }
 
     async fn purge(&self, p: Purge) -> StoreResult<u64> {

@@ -13,9 +13,8 @@
 use std::time::Duration;
 
 use idem_store::{JobCancel, JobDiscard, JobRetry, JobRow, StoreError, StoreResult, StoreTx};
-use sqlx::PgPool;
 
-use crate::PgTx;
+use crate::{PgStore, PgTx};
 
 /// `Busy` errors of an operator's action say what held the rows it waited for.
 fn explain(e: StoreError, what: &str, timeout: Duration) -> StoreError {
@@ -31,7 +30,7 @@ fn explain(e: StoreError, what: &str, timeout: Duration) -> StoreError {
 
 /// Runs `op` in a transaction whose lock waits end after `t`, and commits it; a `Busy`
 /// error names `what` was locked.
-async fn run<R, F>(pool: &PgPool, t: Duration, what: String, op: F) -> StoreResult<R>
+async fn run<R, F>(store: &PgStore, what: String, op: F) -> StoreResult<R>
 where
     F: for<'a> FnOnce(
         &'a mut PgTx,
@@ -39,23 +38,24 @@ where
         Box<dyn std::future::Future<Output = StoreResult<R>> + Send + 'a>,
     >,
 {
-    let mut tx = PgTx::begin_with_lock_timeout(pool, t).await?;
+    let t = store.operator_lock_timeout;
+    let mut tx = PgTx::begin_with_lock_timeout(&store.pool, &store.begin, t).await?;
     let out = op(&mut tx).await.map_err(|e| explain(e, &what, t))?;
     Box::new(tx).commit().await?;
     Ok(out)
 }
 
-pub(crate) async fn cancel(pool: &PgPool, t: Duration, p: JobCancel) -> StoreResult<JobRow> {
+pub(crate) async fn cancel(store: &PgStore, p: JobCancel) -> StoreResult<JobRow> {
     let what = format!("job {}", p.job_id);
-    run(pool, t, what, |tx| Box::pin(tx.job_cancel(p))).await
+    run(store, what, |tx| Box::pin(tx.job_cancel(p))).await
 }
 
-pub(crate) async fn retry(pool: &PgPool, t: Duration, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+pub(crate) async fn retry(store: &PgStore, p: JobRetry) -> StoreResult<Vec<JobRow>> {
     let what = format!("one of jobs {:?}", p.ids);
-    run(pool, t, what, |tx| Box::pin(tx.job_retry(p))).await
+    run(store, what, |tx| Box::pin(tx.job_retry(p))).await
 }
 
-pub(crate) async fn discard(pool: &PgPool, t: Duration, p: JobDiscard) -> StoreResult<Vec<i64>> {
+pub(crate) async fn discard(store: &PgStore, p: JobDiscard) -> StoreResult<Vec<i64>> {
     let what = format!("one of jobs {:?}", p.ids);
-    run(pool, t, what, |tx| Box::pin(tx.job_discard(p))).await
+    run(store, what, |tx| Box::pin(tx.job_discard(p))).await
 }

@@ -656,3 +656,106 @@ async fn engine_plans_made_on_an_empty_table_read_by_primary_key_later() {
         );
     }
 }
+
+/// A process that stops inside one of the store's transactions (here just after
+/// reserving an intent, which share-locks its job's row) loses its session after the
+/// store's idle timeout, so the rescuer moves the job once its lease has ended. Without
+/// the timeout the row stays locked, and the job pinned to the stopped process, until it
+/// resumes: the rescue skips locked rows.
+#[tokio::test]
+async fn a_transaction_left_idle_lets_go_of_its_job_after_the_idle_timeout() {
+    use idem_store::{InsertClaim, IntentBegin, IntentBegun};
+    let Some((store, schema)) = idle_store(300).await else {
+        return;
+    };
+    let job = NewJob {
+        claim: Some(InsertClaim {
+            worker: "stopped".into(),
+            lease_ms: 1,
+        }),
+        ..new_job("idle")
+    };
+    let inserted = store
+        .job_insert(JobInsert {
+            jobs: vec![job],
+            key_window_ms: 60_000,
+            now: None,
+        })
+        .await
+        .unwrap();
+    let job = &inserted[0];
+    let mut stopped = store.begin().await.unwrap();
+    let begun = stopped
+        .intent_begin(IntentBegin {
+            key: "idle-intent".into(),
+            fingerprint: "f".into(),
+            unkeyed: false,
+            lease_ms: 60_000,
+            job: LeaseToken {
+                job_id: job.id,
+                fence: job.fence,
+            },
+            now: None,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(begun, IntentBegun::Begun(_)), "{begun:?}");
+
+    // The job's lease (1 ms) has ended; the rescue gets the row once the stopped
+    // transaction's session is gone. The bound is far above the 300 ms timeout.
+    let rescue = JobRescue {
+        limit: 10,
+        retry_in_ms: 0,
+        max_attempts: None,
+        now: None,
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.job_rescue(rescue.clone()).await.unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {} stayed locked by a transaction left idle for 30 s",
+            job.id
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        stopped.commit().await.is_err(),
+        "the idle transaction's session was ended, so its reservation cannot commit"
+    );
+    drop_schema(&store, &schema).await;
+}
+
+/// Every transaction of the store carries the configured idle timeout; an effect
+/// transaction's fence check replaces it with what is left of its lease.
+#[tokio::test]
+async fn each_transaction_carries_the_idle_timeout() {
+    let Some((store, schema)) = idle_store(4_321).await else {
+        return;
+    };
+    let show = "SHOW idle_in_transaction_session_timeout";
+    let mut tx = store.begin().await.unwrap();
+    let rows = tx.query(show, &[]).await.unwrap();
+    assert_eq!(rows, vec![vec![SqlValue::Text("4321ms".into())]]);
+    tx.rollback().await.unwrap();
+    // Outside a transaction, the session's own setting is untouched.
+    let outside: String = sqlx::query_scalar(show)
+        .fetch_one(&store.pool)
+        .await
+        .unwrap();
+    assert_ne!(outside, "4321ms");
+    drop_schema(&store, &schema).await;
+}
+
+/// A migrated store in a fresh schema whose transactions may sit idle for `ms`.
+async fn idle_store(ms: u64) -> Option<(PgStore, String)> {
+    let url = test_url()?;
+    let schema = fresh_schema();
+    let options = PgOptions {
+        schema: Some(schema.clone()),
+        idle_in_transaction_timeout: std::time::Duration::from_millis(ms),
+        ..PgOptions::default()
+    };
+    let store = PgStore::connect(&url, options).await.unwrap();
+    store.migrate().await.unwrap();
+    Some((store, schema))
+}

@@ -3,6 +3,7 @@
 //! those operations rely on are described there.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use idem_store::{
@@ -25,9 +26,10 @@ pub struct PgTx {
 }
 
 impl PgTx {
-    pub(crate) async fn begin(pool: &PgPool) -> StoreResult<Self> {
+    /// A transaction on `pool` opened with `begin` ([`crate::connect::begin_sql`]).
+    pub(crate) async fn begin(pool: &PgPool, begin: &Arc<str>) -> StoreResult<Self> {
         let tx = pool
-            .begin_with(crate::connect::BEGIN)
+            .begin_with(sqlx::AssertSqlSafe(begin.clone()))
             .await
             .map_err(interpret_error)?;
         Ok(PgTx { tx })
@@ -36,9 +38,10 @@ impl PgTx {
     /// A transaction whose lock waits end after `timeout` (`SET LOCAL lock_timeout`).
     pub(crate) async fn begin_with_lock_timeout(
         pool: &PgPool,
+        begin: &Arc<str>,
         timeout: std::time::Duration,
     ) -> StoreResult<Self> {
-        let mut tx = PgTx::begin(pool).await?;
+        let mut tx = PgTx::begin(pool, begin).await?;
         let ms = crate::connect::millis_text(timeout);
         sqlx::query("SELECT set_config('lock_timeout', $1, true)")
             .bind(ms)

@@ -34,7 +34,7 @@ async fn elect(db: &TestDb, holder: &str, ttl_ms: i64, now_ms: Option<i64>) -> L
 
 /// A candidate whose process stops between its election statement and the commit (the
 /// election found `a` in force, so it only locked the row): `a`'s renewal waits for it.
-/// A stalled leader inside its check is cut off after max(5 s, what is left of the
+/// A stalled leader inside its check is cut off after max(1 s, what is left of the
 /// lease); a stalled candidate should not hold the leader up longer than that either.
 /// Here nothing ends the stalled transaction: the renewal waits for ever.
 async fn a_stalled_candidate_does_not_hold_the_leader_up_for_ever(db: &TestDb) {

@@ -5,12 +5,13 @@
 -- this transaction ends, and a check that waited for an election tests its predicates
 -- again on the elected row, which no longer matches. The same statement sets this
 -- transaction's idle_in_transaction_session_timeout to what is left of the leadership
--- (at least 5 s, at most PostgreSQL's limit of 2^31 - 1 ms): a leader that stalls inside it (a paused process) loses its session,
--- which releases the row, so elections are not held up for ever.
+-- (at least 1 s, at most PostgreSQL's limit of 2^31 - 1 ms): a leader that stalls
+-- inside it (a paused process) loses its session, which releases the row, so elections
+-- wait at most that long.
 SELECT l.fence,
        set_config('idle_in_transaction_session_timeout',
                   least(2147483647,
-                        greatest(5000, ceil(extract(epoch FROM l.expires_at
+                        greatest(1000, ceil(extract(epoch FROM l.expires_at
                                             - coalesce($4::timestamptz, now())) * 1000)))::bigint::text,
                   true) AS idle_timeout
 FROM idem_leader AS l
