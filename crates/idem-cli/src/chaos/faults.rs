@@ -88,6 +88,46 @@ fn schedule(plan: &Plan, pause_for: Duration) -> Vec<(Duration, Fault)> {
 struct Paused {
     name: String,
     since: Instant,
+    /// The jobs it held when it stopped.
+    held: i64,
+}
+
+/// The zombie of the moment, if any, and how long each stays paused at least.
+struct Zombie {
+    paused: Option<Paused>,
+    at_least: Duration,
+}
+
+impl Zombie {
+    /// Wakes the paused worker once every job it held has been taken over (so each
+    /// commit it then tries is stale); after twice its pause, once some have (the rest
+    /// wait behind its own stalled effect transactions, which PostgreSQL ends one idle
+    /// timeout after another when they queue on one row); after ten times its pause in
+    /// any case, on a machine too slow for that. Called on every tick of the driver and
+    /// while an armed kill waits, so that a kill does not keep a zombie paused.
+    async fn wake_if_due(&mut self, idem: &Idem, fleet: &Fleet, done: &mut Done) {
+        let Some(p) = &self.paused else { return };
+        let paused = p.since.elapsed();
+        if paused < self.at_least {
+            return;
+        }
+        let Ok(holds) = holding(idem, &p.name).await else {
+            return;
+        };
+        let wake = holds == 0
+            || (paused >= self.at_least * 2 && holds < p.held)
+            || paused >= self.at_least * 10;
+        if let Some(p) = self.paused.take_if(|_| wake) {
+            resume(fleet, &p.name);
+            done.event(format!(
+                "SIGCONT {} after {:.1} s: {} of the {} jobs it held taken over",
+                p.name,
+                paused.as_secs_f64(),
+                p.held - holds,
+                p.held
+            ));
+        }
+    }
 }
 
 /// Runs the faults and follows progress until the producer is done, every fault has
@@ -114,7 +154,10 @@ pub(super) async fn drive(
     let mut due: VecDeque<(Duration, Fault)> = schedule(plan, pause_for).into();
     let limit =
         plan.duration + Duration::from_secs(120) + Duration::from_millis(expected as u64 * 20);
-    let mut paused: Option<Paused> = None;
+    let mut zombie = Zombie {
+        paused: None,
+        at_least: pause_for,
+    };
     let mut zombies: Vec<String> = Vec::new();
     loop {
         let (finished, unfinished) = progress(idem).await.unwrap_or((0, 1));
@@ -123,33 +166,14 @@ pub(super) async fn drive(
             "· kills {} · zombies {} · restarts {} · connections killed {}",
             done.kills, done.zombies, done.restarts, done.terminated
         ));
-        // A zombie wakes once every job it held has been taken over (so each commit it
-        // then tries is stale), or after ten times its pause on a machine too slow for that.
-        let overdue = paused
-            .as_ref()
-            .is_some_and(|p| p.since.elapsed() >= pause_for);
-        if overdue
-            && let Some(p) = paused
-                .take_if(|p| p.since.elapsed() >= pause_for * 10)
-                .or(match held(idem, &paused).await {
-                    Ok(0) => paused.take(),
-                    _ => None,
-                })
-        {
-            resume(fleet, &p.name);
-            done.event(format!(
-                "SIGCONT {} after {:.1} s",
-                p.name,
-                p.since.elapsed().as_secs_f64()
-            ));
-        }
-        let quiet = due.is_empty() && paused.is_none();
+        zombie.wake_if_due(idem, fleet, &mut done).await;
+        let quiet = due.is_empty() && zombie.paused.is_none();
         if quiet && produced.done.load(Ordering::SeqCst) && unfinished == 0 {
             break;
         }
         if started.elapsed() > limit {
             bar.abandon();
-            if let Some(p) = paused {
+            if let Some(p) = zombie.paused {
                 resume(fleet, &p.name);
             }
             bail!(
@@ -157,12 +181,12 @@ pub(super) async fn drive(
             );
         }
         let ready = due.front().is_some_and(|(at, f)| {
-            started.elapsed() >= *at && !(*f == Fault::Zombie && paused.is_some())
+            started.elapsed() >= *at && !(*f == Fault::Zombie && zombie.paused.is_some())
         });
         let next = if ready { due.pop_front() } else { None };
         if let Some((at, fault)) = next {
             match fault {
-                Fault::Kill => kill(idem, fleet, paused.as_ref(), &zombies, &mut done).await?,
+                Fault::Kill => kill(idem, fleet, &mut zombie, &zombies, &mut done).await?,
                 Fault::Zombie => {
                     // A zombie must hold a job to have a commit refused; wait for one to
                     // hold some, for up to half a minute past its moment.
@@ -170,7 +194,7 @@ pub(super) async fn drive(
                     match pause(idem, fleet, sqlite, pause_for, patient, &mut done).await {
                         Some(p) => {
                             zombies.push(p.name.clone());
-                            paused = Some(p);
+                            zombie.paused = Some(p);
                         }
                         None if patient => due.push_front((at, fault)),
                         None => {}
@@ -202,14 +226,16 @@ async fn progress(idem: &Idem) -> anyhow::Result<(i64, i64)> {
 /// (a zombie's count of refused commits since its last report would die with it): in turn
 /// at a random moment, at the kill point inside its next effect transaction, and at the
 /// next completion it leaves to the batched completer. An armed worker that does not
-/// reach its point within 3 s is killed where it stands.
+/// reach its point within 3 s is killed where it stands; the zombie wakes meanwhile when
+/// due.
 async fn kill(
     idem: &Idem,
     fleet: &mut Fleet,
-    paused: Option<&Paused>,
+    zombie: &mut Zombie,
     zombies: &[String],
     done: &mut Done,
 ) -> anyhow::Result<()> {
+    let paused = zombie.paused.as_ref();
     let alive: Vec<usize> = (0..fleet.live.len())
         .filter(|i| paused.is_none_or(|p| fleet.live[*i].0 != p.name))
         .collect();
@@ -229,8 +255,13 @@ async fn kill(
     let mut landed = None;
     if let Some(point) = point {
         fleet.signal(index, point.signal());
-        if fleet.died_within(index, Duration::from_secs(3)).await? {
-            landed = Some(point);
+        let armed = Instant::now();
+        while armed.elapsed() < Duration::from_secs(3) {
+            if fleet.died_within(index, Duration::from_millis(50)).await? {
+                landed = Some(point);
+                break;
+            }
+            zombie.wake_if_due(idem, fleet, done).await;
         }
     }
     if landed.is_none() && fleet.kill(index).await?.is_none() {
@@ -258,14 +289,6 @@ async fn kill(
         "SIGKILL {name} {at}: {jobs} jobs and {calls} remote calls in flight"
     ));
     Ok(())
-}
-
-/// The jobs the paused worker still holds under its own claims.
-async fn held(idem: &Idem, paused: &Option<Paused>) -> anyhow::Result<i64> {
-    match paused {
-        Some(p) => holding(idem, &p.name).await,
-        None => Ok(0),
-    }
 }
 
 /// The jobs `worker` holds (running under its name).
@@ -320,8 +343,11 @@ async fn pause(
         // Read once it is stopped: the jobs it held when `busiest` looked may have
         // finished before the signal landed, and a zombie holding none has no commit to
         // be refused.
-        let holds = !in_write && holding(idem, &name).await.unwrap_or(0) > 0;
-        if !holds {
+        let held = match in_write {
+            true => 0,
+            false => holding(idem, &name).await.unwrap_or(0),
+        };
+        if held == 0 {
             fleet.signal(index, libc::SIGCONT);
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
@@ -339,6 +365,7 @@ async fn pause(
         return Some(Paused {
             name,
             since: Instant::now(),
+            held,
         });
     }
     None
