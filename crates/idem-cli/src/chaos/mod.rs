@@ -364,18 +364,15 @@ async fn go(
     let requests = Requests::plan(plan.jobs);
     let expected = requests.expected_jobs();
     let calls = plan.jobs / 10;
-    let sink = Sink::spawn(
-        dir,
-        SinkFaults {
-            unknown: (calls / 40).max(3),
-            hang: (calls / 200).max(1),
-            delays: calls / 4,
-            delay_ms: plan.fleet.lease_ms / 5,
-            late: 2,
-            late_ms: plan.fleet.lease_ms * 4,
-        },
-    )
-    .await?;
+    let sink_faults = SinkFaults {
+        unknown: (calls / 40).max(3),
+        hang: (calls / 200).max(1),
+        delays: calls / 4,
+        delay_ms: plan.fleet.lease_ms / 5,
+        late: 2,
+        late_ms: plan.fleet.lease_ms * 4,
+    };
+    let sink = Sink::spawn(dir, sink_faults).await?;
     fleet.start(&db.url, plan.fleet.workers)?;
     let produced = Arc::new(Produced::default());
     let log_path = dir.join("asked.jsonl");
@@ -405,7 +402,8 @@ async fn go(
     producing.await.ok().transpose()?;
     let mut settled = reconciling.await??;
     let faults = faults?;
-    settled.absorb(&settle::settle(&db.idem, plan.fleet.lease_ms).await?);
+    let late = Duration::from_millis(sink_faults.late_ms);
+    settled.absorb(&settle::settle(&db.idem, plan.fleet.lease_ms, late).await?);
     let reports = fleet.stop().await;
     let (keyed, unkeyed) = sink.journals()?;
     sink.stop().await?;

@@ -49,9 +49,15 @@ pub(super) async fn during(
 }
 
 /// Reconciles until no intent is unknown and every job of the run (those the
-/// reconciliation put back among them) has finished, then audits once the settle delay
-/// has passed; returns the passes' counts summed.
-pub(super) async fn settle(idem: &Idem, lease_ms: u64) -> anyhow::Result<ReconcileReport> {
+/// reconciliation put back among them) has finished, then audits once the settle delay,
+/// and `late` (how long the sink holds a late call before it applies it), have passed:
+/// a late copy of a call sent just before the jobs finished lands before the audit looks,
+/// not after it; returns the passes' counts summed.
+pub(super) async fn settle(
+    idem: &Idem,
+    lease_ms: u64,
+    late: Duration,
+) -> anyhow::Result<ReconcileReport> {
     let mut w = idem.worker(WorkerConfig::default())?;
     w.register(super::remote_kind(lease_ms)?)?;
     let reconciler = w.reconciler();
@@ -80,8 +86,10 @@ pub(super) async fn settle(idem: &Idem, lease_ms: u64) -> anyhow::Result<Reconci
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // The audit looks at calls completed before the settle delay: wait it out once.
-    tokio::time::sleep(opts.settle + Duration::from_millis(100)).await;
+    // The audit looks at calls completed before the settle delay, and finds a late copy
+    // only once the sink has applied it: wait both out once. No job runs any more, so
+    // no call is sent after this point.
+    tokio::time::sleep(opts.settle.max(late) + Duration::from_millis(100)).await;
     let audit = reconciler.run(opts).await?;
     report.absorb(&audit);
     Ok(report)
