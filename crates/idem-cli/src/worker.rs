@@ -110,6 +110,14 @@ pub(crate) fn pool_size(config: &CliConfig, extra: u32) -> u32 {
     worker.saturating_add(extra).min(MAX_DEFAULT_POOL)
 }
 
+/// How long a transaction of a worker process may sit idle (PostgreSQL): its lease, at
+/// least 1 s and at most the library's default. Past its lease a stalled transaction's
+/// job is another worker's anyway; the built-in handlers keep nothing open that long.
+pub(crate) fn idle_timeout(lease: std::time::Duration) -> std::time::Duration {
+    let default = idem_postgres::DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT;
+    lease.clamp(std::time::Duration::from_secs(1), default)
+}
+
 /// The rule of [`pool_size`] without a setting, for people.
 pub(crate) fn default_pool() -> String {
     format!(
@@ -123,11 +131,12 @@ pub(crate) fn default_pool() -> String {
 }
 
 /// The existing database at `url` for a process running `config`'s worker: its pool
-/// ([`pool_size`] with `extra`), retention and horizon, and the pool check naming the
-/// command line's setting.
+/// ([`pool_size`] with `extra`), its transactions' idle timeout ([`idle_timeout`]),
+/// retention and horizon, and the pool check naming the command line's setting.
 pub(crate) async fn open(url: &str, config: &CliConfig, extra: u32) -> anyhow::Result<Idem> {
     let mut options = idem::ConnectOptions::default();
     options.postgres.max_connections = pool_size(config, extra);
+    options.postgres.idle_in_transaction_timeout = idle_timeout(config.worker.lease);
     Ok(database::open_with(url, options)
         .await?
         .with_retention(config.retention)?
@@ -331,6 +340,17 @@ mod tests {
         worker.check_connections(Some(pool), POOL_SETTING).unwrap();
         // idem serve: its requests' share on top.
         assert_eq!(pool_size(&config(4, None), 64), floor + 64);
+    }
+
+    #[test]
+    fn a_worker_s_transactions_idle_for_at_most_its_lease_within_bounds() {
+        let ms = std::time::Duration::from_millis;
+        assert_eq!(idle_timeout(ms(1_500)), ms(1_500));
+        assert_eq!(idle_timeout(ms(200)), ms(1_000));
+        assert_eq!(
+            idle_timeout(ms(30_000)),
+            idem_postgres::DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT
+        );
     }
 
     #[test]
