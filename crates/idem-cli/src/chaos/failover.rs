@@ -48,8 +48,8 @@ const RELOAD: &str = "SELECT pg_reload_conf()";
 /// The standby's replication state as the primary sees it: `sync`, `async` or none.
 const SYNC_STATE: &str = "SELECT coalesce((SELECT sync_state FROM pg_stat_replication \
                           WHERE application_name = 'idem_standby' AND state = 'streaming'), '')";
-/// The standby's WAL receiver process.
-const WAL_RECEIVER: &str = "SELECT pid FROM pg_stat_wal_receiver";
+/// The standby's WAL receiver process, while it streams.
+const WAL_RECEIVER: &str = "SELECT pid FROM pg_stat_wal_receiver WHERE status = 'streaming'";
 /// The server's clock, in seconds since the epoch.
 const NOW: &str = "SELECT extract(epoch FROM now())::float8";
 /// The first completion of each worker since `$1` (seconds since the epoch).
@@ -142,6 +142,9 @@ impl Cluster {
         &mut self,
         note: &mut impl FnMut(String),
     ) -> anyhow::Result<Switch> {
+        // After a restart of the primary the standby streams again only once its WAL
+        // receiver has reconnected: fail over from a standby that is streaming.
+        self.caught_up().await?;
         let mut standby = self.standby.take().context("no standby to fail over to")?;
         let receiver: i32 = standby.scalar(WAL_RECEIVER).await?;
         signal(receiver, libc::SIGSTOP)?;

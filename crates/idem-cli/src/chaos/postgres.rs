@@ -101,7 +101,10 @@ impl OwnPostgres {
             "host=127.0.0.1 port={} user=postgres application_name={name}",
             self.port
         );
-        let extra = format!("-c primary_conninfo='{conninfo}'");
+        // The receiver reconnects 0.5 s after losing its primary (a restart fault), not 5 s:
+        // a synchronous standby's absence stops every commit.
+        let extra =
+            format!("-c primary_conninfo='{conninfo}' -c wal_retrieve_retry_interval=500ms");
         let standby =
             OwnPostgres::new(self.bin.clone(), dir, free_port()?, extra, self.as_postgres);
         let mut cmd = standby.tool("pg_basebackup");
