@@ -3,8 +3,8 @@
 //! Classification is by SQLSTATE (class and code), never by message text, so it does not
 //! depend on the server's language. What must stay true: every error that retrying can
 //! cure (serialization failures, deadlocks, lock timeouts, lost connections, an exhausted
-//! pool) maps to a variant for which [`StoreError::is_retryable`] is true, and nothing
-//! else does.
+//! pool, a server that is read-only because it is a standby) maps to a variant for which
+//! [`StoreError::is_retryable`] is true, and nothing else does.
 
 use idem_store::StoreError;
 use sqlx::error::DatabaseError;
@@ -13,11 +13,7 @@ use sqlx::error::DatabaseError;
 pub fn interpret_error(e: sqlx::Error) -> StoreError {
     match e {
         sqlx::Error::Database(db) => interpret_sqlstate(db.as_ref()),
-        sqlx::Error::PoolTimedOut => StoreError::Unavailable(
-            "timed out waiting for a PostgreSQL connection (the server is unreachable or every \
-             pooled connection is busy)"
-                .into(),
-        ),
+        sqlx::Error::PoolTimedOut => StoreError::Unavailable(pool_timed_out()),
         sqlx::Error::PoolClosed => StoreError::Unavailable("the PostgreSQL store is closed".into()),
         sqlx::Error::Io(io) => StoreError::Unavailable(io.to_string()),
         sqlx::Error::Tls(tls) => StoreError::Unavailable(format!("TLS: {tls}")),
@@ -28,6 +24,21 @@ pub fn interpret_error(e: sqlx::Error) -> StoreError {
         sqlx::Error::Encode(enc) => StoreError::Invalid(format!("cannot encode a value: {enc}")),
         other => StoreError::Database(other.to_string()),
     }
+}
+
+/// The message of a pool that found no connection within its timeout; it names a
+/// refused standby when this process refused one within that time.
+fn pool_timed_out() -> String {
+    let mut msg = "timed out waiting for a PostgreSQL connection (the server is unreachable or \
+                   every pooled connection is busy)"
+        .to_owned();
+    if crate::primary::refused_within(crate::CONNECT_TIMEOUT * 2) {
+        msg = format!(
+            "{msg}; this process's last connections reached a server in recovery: {}",
+            crate::primary::IN_RECOVERY
+        );
+    }
+    msg
 }
 
 /// Classifies a server error by its SQLSTATE.
@@ -45,6 +56,13 @@ fn interpret_sqlstate(db: &dyn DatabaseError) -> StoreError {
         (_, "23514" | "23502") | ("22", _) => StoreError::Invalid(msg),
         // connection exceptions; admin/crash/cannot-connect-now shutdowns
         ("08", _) | (_, "57P01" | "57P02" | "57P03") => StoreError::Unavailable(msg),
+        // read_only_sql_transaction: a write reached a standby (through a pooler whose
+        // server connection moved, say; pooled connections to one are refused at
+        // connect, primary.rs). Unavailable until the address reaches a primary again.
+        (_, "25006") => StoreError::Unavailable(format!(
+            "{msg} (SQLSTATE 25006): the server is read-only, a standby in recovery or a \
+             session with default_transaction_read_only; idem writes on a primary only"
+        )),
         // invalid authorization, unknown database: the settings are wrong
         ("28", _) | (_, "3D000") => StoreError::Config(format!("{msg} (SQLSTATE {code})")),
         _ => StoreError::Database(format!("{msg} (SQLSTATE {code})")),

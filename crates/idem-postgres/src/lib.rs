@@ -32,6 +32,7 @@ mod migrate;
 mod notify;
 mod operator;
 mod ops;
+mod primary;
 mod row;
 mod tx;
 mod value;
@@ -118,6 +119,7 @@ impl PgStore {
                 .max_connections(size)
                 .test_before_acquire(false)
                 .acquire_timeout(CONNECT_TIMEOUT)
+                .after_connect(primary::refuse_standby)
                 .connect_lazy_with(connect)
         };
         let claims = pool_of(

@@ -2,8 +2,9 @@
 //! injects the planned faults at random moments spread over the run: SIGKILLs (at a
 //! random moment, or at an armed kill point: inside an effect transaction, or with a
 //! completion waiting for the batched completer), SIGSTOPs past the lease then SIGCONT
-//! (zombies), and on a PostgreSQL of the run's own, killed backend connections and
-//! immediate server restarts.
+//! (zombies), and on a PostgreSQL of the run's own, killed backend connections, immediate
+//! server restarts and, with a standby, one failover ([`super::failover`]), after which it
+//! waits until every worker has completed a job on the new primary.
 //!
 //! A query that fails (the server is restarting) is simply asked again next tick.
 
@@ -17,8 +18,8 @@ use anyhow::bail;
 use idem::{Idem, SqlValue};
 
 use super::Plan;
+use super::failover::{self, Cluster};
 use super::fleet::Fleet;
-use super::postgres::OwnPostgres;
 use super::producer::Produced;
 use super::workload::kill::Point;
 
@@ -29,6 +30,7 @@ enum Fault {
     Zombie,
     Terminate,
     Restart,
+    Failover,
 }
 
 /// What the faults did.
@@ -47,6 +49,11 @@ pub(crate) struct Done {
     pub(super) zombies: usize,
     pub(super) terminated: usize,
     pub(super) restarts: usize,
+    pub(super) failovers: usize,
+    /// The failover's events, all printed.
+    pub(super) failover_events: Vec<String>,
+    /// What a failover left late: workers not back within [`failover::BOUND`].
+    pub(super) late: Vec<String>,
     /// When the run started, for the events' times.
     started: Option<Instant>,
 }
@@ -57,6 +64,12 @@ impl Done {
         let at = self.started.map(|s| s.elapsed()).unwrap_or_default();
         self.events
             .push(format!("{:5.1} s  {line}", at.as_secs_f64()));
+    }
+
+    /// Records `line` as an event of the failover.
+    fn failover_event(&mut self, line: String) {
+        self.event(line);
+        self.failover_events.extend(self.events.last().cloned());
     }
 }
 
@@ -80,6 +93,12 @@ fn schedule(plan: &Plan, pause_for: Duration) -> Vec<(Duration, Fault)> {
     spread(plan.zombies, zombies_end.max(start), Fault::Zombie);
     spread(plan.terminations, end, Fault::Terminate);
     spread(plan.restarts, end, Fault::Restart);
+    if plan.failover.is_some() {
+        // While the producer still has a third of its jobs to enqueue, so that every
+        // worker has jobs to come back to.
+        let at = plan.duration.mul_f64(rand::random_range(0.35..0.55));
+        all.push((at, Fault::Failover));
+    }
     all.sort_by_key(|(at, _)| *at);
     all
 }
@@ -136,7 +155,7 @@ pub(super) async fn drive(
     idem: &Idem,
     plan: &Plan,
     fleet: &mut Fleet,
-    pg: Option<&OwnPostgres>,
+    mut pg: Option<&mut Cluster>,
     sqlite: Option<&Path>,
     produced: &Arc<Produced>,
     expected: usize,
@@ -181,7 +200,8 @@ pub(super) async fn drive(
             );
         }
         let ready = due.front().is_some_and(|(at, f)| {
-            started.elapsed() >= *at && !(*f == Fault::Zombie && zombie.paused.is_some())
+            let alone = !matches!(f, Fault::Zombie | Fault::Failover);
+            started.elapsed() >= *at && (alone || zombie.paused.is_none())
         });
         let next = if ready { due.pop_front() } else { None };
         if let Some((at, fault)) = next {
@@ -200,8 +220,9 @@ pub(super) async fn drive(
                         None => {}
                     }
                 }
-                Fault::Terminate => terminate(pg, &mut done).await,
-                Fault::Restart => restart(pg, &mut done).await?,
+                Fault::Terminate => terminate(pg.as_deref(), &mut done).await,
+                Fault::Restart => restart(pg.as_deref(), &mut done).await?,
+                Fault::Failover => fail_over(idem, fleet, pg.as_deref_mut(), &mut done).await?,
             }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -407,8 +428,10 @@ async fn busiest(idem: &Idem, fleet: &Fleet) -> anyhow::Result<Option<String>> {
         .find(|o| fleet.live.iter().any(|w| &w.0 == o)))
 }
 
-async fn terminate(pg: Option<&OwnPostgres>, done: &mut Done) {
-    let Some(pg) = pg else { return };
+async fn terminate(pg: Option<&Cluster>, done: &mut Done) {
+    let Some(pg) = pg.map(Cluster::primary) else {
+        return;
+    };
     match pg.terminate_backends(3).await {
         Ok(n) => {
             done.terminated += n;
@@ -418,8 +441,10 @@ async fn terminate(pg: Option<&OwnPostgres>, done: &mut Done) {
     }
 }
 
-async fn restart(pg: Option<&OwnPostgres>, done: &mut Done) -> anyhow::Result<()> {
-    let Some(pg) = pg else { return Ok(()) };
+async fn restart(pg: Option<&Cluster>, done: &mut Done) -> anyhow::Result<()> {
+    let Some(pg) = pg.map(Cluster::primary) else {
+        return Ok(());
+    };
     let down = pg.restart_immediate().await?;
     done.restarts += 1;
     done.event(format!(
@@ -428,3 +453,55 @@ async fn restart(pg: Option<&OwnPostgres>, done: &mut Done) -> anyhow::Result<()
     ));
     Ok(())
 }
+
+/// Fails over to the standby, then waits until every live worker has completed a job on
+/// the new primary (no zombie is paused meanwhile: the driver holds a failover back while
+/// one is), and reports how long each took and how many connections the workers had
+/// refused on the standby while it was in recovery.
+async fn fail_over(
+    idem: &Idem,
+    fleet: &Fleet,
+    pg: Option<&mut Cluster>,
+    done: &mut Done,
+) -> anyhow::Result<()> {
+    let Some(cluster) = pg else { return Ok(()) };
+    let refused_before = fleet.logs_containing(REFUSED);
+    let switch = cluster
+        .fail_over(&mut |line| done.failover_event(line))
+        .await?;
+    done.failovers += 1;
+    let names: Vec<String> = fleet.live.iter().map(|w| w.0.clone()).collect();
+    let back = failover::workers_back(idem, &names, switch.promoted_at).await;
+    let refused = fleet
+        .logs_containing(REFUSED)
+        .saturating_sub(refused_before);
+    let first = back.values().min().copied().unwrap_or_default();
+    let last = back.values().max().copied();
+    let since_crash = |d: Duration| (switch.no_primary + d).as_millis();
+    match last.filter(|_| back.len() == names.len()) {
+        Some(last) => done.failover_event(format!(
+            "jobs completing again {} ms after the primary stopped; every worker ({}) had \
+             completed one {} ms after the promotion ({} ms after the stop; bound {} s); \
+             the workers refused {refused} connections to the standby in recovery",
+            since_crash(first),
+            names.len(),
+            last.as_millis(),
+            since_crash(last),
+            failover::BOUND.as_secs()
+        )),
+        None => {
+            let missing: Vec<&String> = names.iter().filter(|n| !back.contains_key(*n)).collect();
+            let line = format!(
+                "workers not back within {} s of the promotion: {missing:?}",
+                failover::BOUND.as_secs()
+            );
+            done.late.push(line.clone());
+            done.failover_event(line);
+        }
+    }
+    Ok(())
+}
+
+/// What a worker logs (idem-postgres's `primary.rs`) when its store refuses a connection
+/// to a server in recovery.
+const REFUSED: &str = "connection refused: the PostgreSQL server is in recovery";

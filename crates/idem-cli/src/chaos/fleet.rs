@@ -56,6 +56,15 @@ impl Fleet {
         Ok(())
     }
 
+    /// Lines containing `needle` in the logs of every worker process started so far.
+    pub(super) fn logs_containing(&self, needle: &str) -> usize {
+        (1..=self.spawned)
+            .map(|i| self.dir.join(format!("w{i}.log")))
+            .filter_map(|path| std::fs::read_to_string(path).ok())
+            .map(|log| log.lines().filter(|l| l.contains(needle)).count())
+            .sum()
+    }
+
     /// Starts one worker process; answers its name and process id, as `name (pid N)`.
     fn spawn(&mut self) -> anyhow::Result<String> {
         self.spawned += 1;

@@ -4,13 +4,14 @@
 //! logs what it asked for ([`asked`]); worker processes ([`fleet`], each a [`worker`])
 //! run it, calling a sink process ([`sink`], the mock remote) that journals every copy it
 //! applies; the fault driver ([`faults`]) SIGKILLs workers, SIGSTOPs them past their lease
-//! and, on a PostgreSQL of the run's own ([`postgres`]), kills backend connections and
-//! restarts the server; then unknown outcomes are reconciled ([`settle`]) and the checker
+//! and, on a PostgreSQL of the run's own ([`postgres`]), kills backend connections,
+//! restarts the server and, with a standby, fails over to it ([`failover`]); then unknown outcomes are reconciled ([`settle`]) and the checker
 //! ([`check`]) counts from the log, the journals and the database what went wrong.
 //! `idem demo` is the same run, smaller, with a report in plain words.
 
 mod asked;
 pub(crate) mod check;
+mod failover;
 mod faults;
 mod fleet;
 pub(crate) mod orphan;
@@ -35,8 +36,8 @@ use idem::intent::ReconcileReport;
 use crate::exit::{Exit, OrExit};
 use crate::interrupt::Interrupt;
 use crate::scratch::{self, ScratchArgs};
+use failover::Cluster;
 use fleet::Fleet;
-use postgres::OwnPostgres;
 use producer::{Produced, Requests, Urls};
 use sink::{Sink, SinkFaults};
 
@@ -124,6 +125,15 @@ pub struct ChaosArgs {
     /// Rounds of pg_terminate_backend on that server's connections [default: 3 + jobs / 3000]
     #[arg(long, requires = "own_postgres")]
     terminations: Option<usize>,
+    /// Give that server a streaming standby (pg_basebackup, synchronous unless
+    /// --async-standby), and mid-run stop the primary hard and promote the standby on the
+    /// primary's address; every worker must complete a job again within 60 s
+    #[arg(long, requires = "own_postgres")]
+    failover: bool,
+    /// Make the standby asynchronous: the failover then loses commits the standby had not
+    /// received, which the checker counts (a run that shows what an async standby loses)
+    #[arg(long, requires = "failover")]
+    async_standby: bool,
     #[command(flatten)]
     scratch: ScratchArgs,
 }
@@ -139,6 +149,9 @@ pub(crate) struct Plan {
     pub(crate) terminations: usize,
     pub(crate) restarts: usize,
     pub(crate) own_postgres: bool,
+    /// A failover to a standby of the run's own server: `Some(true)` synchronous,
+    /// `Some(false)` asynchronous.
+    pub(crate) failover: Option<bool>,
     pub(crate) scratch: ScratchArgs,
 }
 
@@ -171,6 +184,7 @@ impl ChaosArgs {
                 false => 0,
             },
             own_postgres: own,
+            failover: self.failover.then_some(!self.async_standby),
             scratch: self.scratch,
         })
     }
@@ -230,6 +244,11 @@ impl Outcome {
                 some(plan.terminations),
             ),
             (
+                "failovers (primary stopped hard, standby promoted)",
+                n(f.failovers as u64),
+                i64::from(plan.failover.is_some()),
+            ),
+            (
                 "jobs taken over after a lost lease",
                 self.findings.rescues,
                 some(plan.kills + plan.zombies),
@@ -254,9 +273,12 @@ impl Outcome {
         ]
     }
 
-    /// Every safety count 0 and every proof at its least.
+    /// Every safety count 0, every proof at its least, and every worker back within
+    /// [`failover::BOUND`] of a failover.
     pub(super) fn passed(&self, plan: &Plan) -> bool {
-        self.findings.safe() && self.proof(plan).iter().all(|(_, v, least)| v >= least)
+        self.findings.safe()
+            && self.faults.late.is_empty()
+            && self.proof(plan).iter().all(|(_, v, least)| v >= least)
     }
 }
 
@@ -265,7 +287,7 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
     let plan = args.plan().or_exit(Exit::Usage)?;
     println!(
         "idem chaos: {} jobs over {:.0} s, {} worker processes × {} slots, lease {} ms; \
-         {} kills, {} zombies, {} restarts, {} rounds of killed connections",
+         {} kills, {} zombies, {} restarts, {} rounds of killed connections{}",
         plan.jobs,
         plan.duration.as_secs_f64(),
         plan.fleet.workers,
@@ -274,7 +296,12 @@ pub async fn run(args: ChaosArgs) -> anyhow::Result<ExitCode> {
         plan.kills,
         plan.zombies,
         plan.restarts,
-        plan.terminations
+        plan.terminations,
+        match plan.failover {
+            Some(true) => ", a failover to a synchronous standby",
+            Some(false) => ", a failover to an asynchronous standby",
+            None => "",
+        }
     );
     run_plan(&plan).await
 }
@@ -299,24 +326,27 @@ async fn execute(plan: &Plan) -> anyhow::Result<Result<Outcome, ExitCode>> {
     let mut interrupt = Interrupt::listen()?;
     let dir = tempfile::Builder::new().prefix("idem-chaos-").tempdir()?;
     let mut fleet = Fleet::new(plan, dir.path())?;
-    let pg = match plan.own_postgres {
+    let mut pg = match plan.own_postgres {
         true => Some(
-            OwnPostgres::start()
+            Cluster::start(plan.failover.is_some(), plan.failover == Some(false))
                 .await
                 .context("cannot start a PostgreSQL of the run's own")?,
         ),
         false => None,
     };
+    if let Some(c) = pg.as_ref().filter(|c| c.has_standby()) {
+        println!("PostgreSQL of the run's own: {}", c.describe());
+    }
     let url = pg
         .as_ref()
-        .map(|p| p.url().to_owned())
+        .map(|p| p.primary().url().to_owned())
         .or(plan.scratch.database_url.clone());
     let db = scratch::open(url, "chaos", "")
         .await
         .context("cannot set up the run's database")?;
     println!("database: {}", db.label);
     let outcome = interrupt
-        .run(go(plan, &db, &mut fleet, pg.as_ref(), dir.path()))
+        .run(go(plan, &db, &mut fleet, pg.as_mut(), dir.path()))
         .await;
     let killed = fleet.kill_all().await;
     db.finish(plan.scratch.keep).await;
@@ -352,7 +382,7 @@ async fn go(
     plan: &Plan,
     db: &scratch::Scratch,
     fleet: &mut Fleet,
-    pg: Option<&OwnPostgres>,
+    pg: Option<&mut Cluster>,
     dir: &std::path::Path,
 ) -> anyhow::Result<Outcome> {
     let started = Instant::now();

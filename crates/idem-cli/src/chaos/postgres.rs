@@ -7,6 +7,10 @@
 //! run as root: as root, its tools run as the `postgres` system user (`runuser`), which
 //! owns the directory.
 //!
+//! For a failover, [`OwnPostgres::standby`] builds a streaming standby of a running server
+//! (`pg_basebackup -R`, its own directory and port), which can be stopped hard, moved to
+//! another port ([`OwnPostgres::move_to`]) and promoted.
+//!
 //! What must stay true: the server stops and its directory goes when the `OwnPostgres` is
 //! stopped or dropped. A run killed with SIGKILL cannot do that: its server keeps running
 //! from a directory named `idem-chaos-pg-*` in the temporary directory.
@@ -40,12 +44,17 @@ SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, $2)) FROM picked";
 pub(crate) struct OwnPostgres {
     url: String,
     bin: PathBuf,
+    port: u16,
+    /// The directory of the server's Unix socket.
+    socket: String,
     /// `None` once stopped.
     dir: Option<TempDir>,
     data: PathBuf,
     log: PathBuf,
-    /// The server's options, the same at start and restart.
+    /// The server's options, the same at start and restart (until [`OwnPostgres::move_to`]).
     options: String,
+    /// Options added to [`server_options`]: a standby's `primary_conninfo`.
+    extra: String,
     /// True when the tools run as [`POSTGRES_USER`] (this process is root).
     as_postgres: bool,
 }
@@ -58,19 +67,113 @@ impl OwnPostgres {
         let as_postgres = running_as_root();
         let dir = scratch_dir(as_postgres)?;
         let port = free_port()?;
-        let socket = dir.path().display().to_string();
-        let pg = OwnPostgres {
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-            bin,
-            data: dir.path().join("data"),
-            log: dir.path().join("server.log"),
-            options: server_options(port, &socket),
-            dir: Some(dir),
-            as_postgres,
-        };
+        let pg = OwnPostgres::new(bin, dir, port, String::new(), as_postgres);
         pg.initdb().await?;
         pg.pg_ctl(&["start"], "start the server").await?;
         Ok(pg)
+    }
+
+    /// The server of `dir/data` on `port` of 127.0.0.1 (not started), with `extra`
+    /// options.
+    fn new(bin: PathBuf, dir: TempDir, port: u16, extra: String, as_postgres: bool) -> Self {
+        let socket = dir.path().display().to_string();
+        OwnPostgres {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            bin,
+            port,
+            data: dir.path().join("data"),
+            log: dir.path().join("server.log"),
+            options: format!("{} {extra}", server_options(port, &socket)),
+            socket,
+            extra,
+            dir: Some(dir),
+            as_postgres,
+        }
+    }
+
+    /// Builds a streaming standby of this server and starts it on a port of its own:
+    /// `pg_basebackup -R` (which writes `standby.signal` and `primary_conninfo`) into a
+    /// temporary directory, and `primary_conninfo` given again on the command line with
+    /// `application_name` = `name`, the name `synchronous_standby_names` can list.
+    pub(crate) async fn standby(&self, name: &str) -> anyhow::Result<OwnPostgres> {
+        let dir = scratch_dir(self.as_postgres)?;
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres application_name={name}",
+            self.port
+        );
+        // The receiver reconnects 0.5 s after losing its primary (a restart fault), not 5 s:
+        // a synchronous standby's absence stops every commit.
+        let extra =
+            format!("-c primary_conninfo='{conninfo}' -c wal_retrieve_retry_interval=500ms");
+        let standby =
+            OwnPostgres::new(self.bin.clone(), dir, free_port()?, extra, self.as_postgres);
+        let mut cmd = standby.tool("pg_basebackup");
+        cmd.args(["-d", &conninfo, "-D"]).arg(&standby.data);
+        cmd.args(["-R", "-X", "stream", "-c", "fast", "--no-sync"]);
+        standby
+            .run(cmd, "copy the server for a standby (pg_basebackup)")
+            .await?;
+        standby.pg_ctl(&["start"], "start the standby").await?;
+        Ok(standby)
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stops the server as a crash would (`pg_ctl -m immediate stop`), keeping its
+    /// directory (until dropped).
+    pub(crate) async fn crash(&self) -> anyhow::Result<()> {
+        self.pg_ctl(&["-m", "immediate", "stop"], "stop the server (immediate)")
+            .await
+    }
+
+    /// Starts the stopped server again on `port` (the address of another server, which
+    /// moves to this one), without `primary_conninfo`: a standby whose primary is gone
+    /// stays in recovery there, replaying what it has, until promoted.
+    pub(crate) async fn move_to(&mut self, port: u16) -> anyhow::Result<()> {
+        self.port = port;
+        self.url = format!("postgres://postgres@127.0.0.1:{port}/postgres");
+        self.extra = "-c primary_conninfo=''".into();
+        self.options = format!("{} {}", server_options(port, &self.socket), self.extra);
+        self.pg_ctl(&["start"], "start the standby on the moved address")
+            .await
+    }
+
+    /// Promotes a standby (`pg_ctl promote -w`: returns once it accepts writes).
+    pub(crate) async fn promote(&self) -> anyhow::Result<()> {
+        self.pg_ctl(&["promote"], "promote the standby").await
+    }
+
+    /// Runs `sql` (statements that cannot run in a transaction block too, such as `ALTER
+    /// SYSTEM`) on a connection of its own.
+    pub(crate) async fn execute(&self, sql: &'static str) -> anyhow::Result<()> {
+        let mut conn = PgConnection::connect(&self.url)
+            .await
+            .with_context(|| format!("cannot connect to the run's server at {}", self.url))?;
+        sqlx::raw_sql(sql)
+            .execute(&mut conn)
+            .await
+            .with_context(|| format!("{sql} failed at {}", self.url))?;
+        let _ = conn.close().await;
+        Ok(())
+    }
+
+    /// One statement on a connection of its own, answering its one value.
+    pub(crate) async fn scalar<T>(&self, sql: &'static str) -> anyhow::Result<T>
+    where
+        T: for<'r> sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + Send + Unpin,
+    {
+        let mut conn = PgConnection::connect(&self.url)
+            .await
+            .with_context(|| format!("cannot connect to the run's server at {}", self.url))?;
+        let value = sqlx::query_scalar(sql)
+            .fetch_one(&mut conn)
+            .await
+            .with_context(|| format!("{sql} failed at {}", self.url))?;
+        let _ = conn.close().await;
+        Ok(value)
     }
 
     /// The server's URL, `postgres://postgres@127.0.0.1:PORT/postgres` (no password).

@@ -16,6 +16,9 @@ pub(super) fn print(plan: &Plan, o: &Outcome) {
     if events.len() > EVENTS_SHOWN {
         println!("fault: … and {} more", events.len() - EVENTS_SHOWN);
     }
+    for e in &o.faults.failover_events {
+        println!("failover: {e}");
+    }
     let line = |label: &str, value: String, mark: &str| println!("  {label:<50} {value:>8} {mark}");
     println!(
         "report ({:.1} s, {}), counted by the independent checker:",
@@ -41,6 +44,9 @@ pub(super) fn print(plan: &Plan, o: &Outcome) {
         line(c.label, c.value.to_string(), mark);
     }
     let verdict = match (o.findings.safe(), o.passed(plan)) {
+        (true, false) if !o.faults.late.is_empty() => {
+            "FAILED: workers were not back within the bound after the failover"
+        }
         (true, true) => {
             "OK: no job lost, no effect made twice or left out, none committed by a stale \
              claim, every duplicate at the unkeyed remote made visible, every unknown outcome \

@@ -55,6 +55,7 @@ impl DemoArgs {
             terminations: 0,
             restarts: 0,
             own_postgres: false,
+            failover: None,
             scratch: self.scratch,
         })
     }
