@@ -11,8 +11,9 @@ use std::time::Duration;
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::testing::{PgUrlChoice, pg_url_from_env};
 use idem_store::{
-    BatchCreate, BatchInsert, BatchState, JobClaim, JobComplete, JobInsert, JobRescue, JobState,
-    LeaderElect, NewJob, OnDead, Store,
+    BatchCreate, BatchInsert, BatchState, IntentBegin, IntentBegun, IntentFinish, IntentOutcome,
+    IntentState, JobClaim, JobComplete, JobInsert, JobRescue, JobState, LeaderElect, LeaseToken,
+    NewJob, OnDead, Store,
 };
 use idem_store_tests::TestDb;
 use idem_store_tests::fixture::{assert_waits_for, at, job_in, spawn_started};
@@ -220,5 +221,92 @@ async fn a_batch_child_s_completion_ended_by_the_idle_timeout_leaves_nothing() {
     assert_eq!(successors().await, vec![vec![1i64.into()]], "one successor");
     let batch = store.batch_get(b.id).await.expect("get").expect("batch");
     assert_eq!(batch.state, BatchState::Finished);
+    drop_schema(&store, &schema).await;
+}
+
+/// The holder of an unkeyed intent made its call and records it `completed`, then stops
+/// before the commit: the idle timeout ends the session and the commit is refused. The
+/// intent is not taken as completed (it stays `in_progress`, nothing stored), and the
+/// job's next claim, once the intent's lease has lapsed, is sent to reconciliation: it
+/// neither re-sends the call blindly nor reads a result that was never stored.
+#[tokio::test]
+async fn an_intent_s_completion_ended_by_the_idle_timeout_is_not_taken_as_done() {
+    let Some((store, schema)) = idle_store(300).await else {
+        return;
+    };
+    let insert = JobInsert {
+        jobs: vec![job_in("calls", "call")],
+        key_window_ms: 60_000,
+        now: Some(at(0)),
+    };
+    store.job_insert(insert).await.expect("insert");
+    let claim = |now| JobClaim {
+        queue: "calls".into(),
+        limit: 1,
+        lease_ms: 30_000,
+        worker: "w".into(),
+        kinds: None,
+        principal: None,
+        now: Some(now),
+    };
+    let begin = |job: LeaseToken, now| IntentBegin {
+        key: "call:1".into(),
+        fingerprint: "f".into(),
+        unkeyed: true,
+        lease_ms: 5_000,
+        job,
+        now: Some(now),
+    };
+    let first = store
+        .job_claim(claim(at(0)))
+        .await
+        .expect("claim")
+        .remove(0);
+    let held = match store
+        .intent_begin(begin(first.lease_token(), at(100)))
+        .await
+        .expect("begin")
+    {
+        IntentBegun::Begun(row) => row,
+        other => panic!("expected Begun, got {other:?}"),
+    };
+    let mut stopped = store.begin().await.expect("begin");
+    let finish = IntentFinish {
+        token: held.token(),
+        outcome: IntentOutcome::Completed {
+            result: serde_json::json!({"id": "r-1"}),
+            remote_refs: vec!["r-1".into()],
+        },
+        now: Some(at(200)),
+    };
+    stopped.intent_finish(finish).await.expect("finish in tx");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(stopped.commit().await.is_err(), "the session was ended");
+    let row = store
+        .intent_get("call:1".into())
+        .await
+        .expect("get")
+        .expect("intent");
+    assert_eq!(row.state, IntentState::InProgress, "{row:?}");
+    assert_eq!(row.result, None, "no result stored");
+
+    let rescue = JobRescue {
+        now: Some(at(31_000)),
+        ..rescue_now()
+    };
+    assert_eq!(store.job_rescue(rescue).await.expect("rescue").len(), 1);
+    let again = store
+        .job_claim(claim(at(31_000)))
+        .await
+        .expect("claim")
+        .remove(0);
+    let next = store
+        .intent_begin(begin(again.lease_token(), at(31_100)))
+        .await
+        .expect("begin again");
+    match next {
+        IntentBegun::Reconcile(row) => assert_eq!(row.state, IntentState::Unknown, "{row:?}"),
+        other => panic!("an unkeyed takeover goes to reconciliation, got {other:?}"),
+    }
     drop_schema(&store, &schema).await;
 }
