@@ -63,6 +63,20 @@ fn interpret_sqlstate(db: &dyn DatabaseError) -> StoreError {
             "{msg} (SQLSTATE 25006): the server is read-only, a standby in recovery or a \
              session with default_transaction_read_only; idem writes on a primary only"
         )),
+        // in_failed_sql_transaction: an earlier statement failed; PgTx::commit asks this
+        // before COMMIT, which PostgreSQL would answer with a rollback, not an error
+        (_, "25P02") => StoreError::Database(format!(
+            "{msg} (SQLSTATE 25P02): a statement of this transaction failed earlier, so \
+             PostgreSQL aborted it and nothing of it is committed; run it again without the \
+             failing statement, or with that statement inside a savepoint"
+        )),
+        // idle_in_transaction_session_timeout: the session is gone, nothing committed;
+        // like any lost connection, the work can be done again
+        (_, "25P03") => StoreError::Unavailable(format!(
+            "{msg} (SQLSTATE 25P03): the transaction sat idle longer than its idle timeout \
+             (PgOptions::idle_in_transaction_timeout, or a worker's lease), so PostgreSQL \
+             ended its session; nothing of it was committed"
+        )),
         // invalid authorization, unknown database: the settings are wrong
         ("28", _) | (_, "3D000") => StoreError::Config(format!("{msg} (SQLSTATE {code})")),
         _ => StoreError::Database(format!("{msg} (SQLSTATE {code})")),

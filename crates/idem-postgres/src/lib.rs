@@ -158,7 +158,7 @@ impl Store for PgStore {
     }
 
     async fn migrate(&self) -> StoreResult<usize> {
-        migrate::run(&self.pool).await
+        migrate::run(&self.pool, &self.begin).await
     }
 
     async fn schema_status(&self) -> StoreResult<idem_store::migration::SchemaStatus> {

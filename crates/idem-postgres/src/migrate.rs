@@ -43,11 +43,12 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
     ])
 }
 
-/// Applies pending migrations in one transaction under the advisory lock; returns how
-/// many ran.
-pub(crate) async fn run(pool: &PgPool) -> StoreResult<usize> {
+/// Applies pending migrations in one transaction under the advisory lock, opened with
+/// `begin` (so a process stopped inside it does not hold the lock, and every other
+/// process's migration, for longer than the idle timeout); returns how many ran.
+pub(crate) async fn run(pool: &PgPool, begin: &std::sync::Arc<str>) -> StoreResult<usize> {
     let mut tx = pool
-        .begin_with(crate::connect::BEGIN)
+        .begin_with(sqlx::AssertSqlSafe(begin.clone()))
         .await
         .map_err(interpret_error)?;
     sqlx::query(include_str!("../queries/migration/lock.sql"))

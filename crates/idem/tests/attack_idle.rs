@@ -125,8 +125,6 @@ async fn a_commit_that_answers_ok_keeps_the_enqueued_job_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: PostgreSQL rolls back a transaction with a failed statement at COMMIT, \
-            and Tx::commit answers Ok: the enqueued job vanishes"]
 async fn a_commit_that_answers_ok_keeps_the_enqueued_job_postgres() {
     let name = "a_commit_that_answers_ok_keeps_the_enqueued_job";
     run_case(
@@ -216,8 +214,6 @@ async fn a_completed_job_s_committed_effect_exists_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: EffectTx::commit answers Ok for an effect PostgreSQL rolled back; the \
-            worker completes the job and the effect never happens"]
 async fn a_completed_job_s_committed_effect_exists_postgres() {
     let name = "a_completed_job_s_committed_effect_exists";
     run_case(
@@ -267,8 +263,6 @@ async fn a_caller_transaction_ended_by_the_idle_timeout_fails_clearly() {
 /// The error of a statement in a transaction the idle timeout ended says it can be
 /// retried: the session is gone and nothing was committed, as after any lost connection.
 #[tokio::test]
-#[ignore = "finding: SQLSTATE 25P03 (session ended by the idle timeout) is StoreError::Database, \
-            not retryable, unlike the same transaction's COMMIT (Unavailable)"]
 async fn a_transaction_ended_by_the_idle_timeout_is_retryable() {
     let Some((idem, schema)) = idle_idem(300, 1).await else {
         return;
