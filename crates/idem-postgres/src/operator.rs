@@ -13,9 +13,9 @@
 use std::time::Duration;
 
 use idem_store::{JobCancel, JobDiscard, JobRetry, JobRow, StoreError, StoreResult, StoreTx};
-use sqlx::PgPool;
 
 use crate::PgTx;
+use crate::pooler::Pool;
 
 /// `Busy` errors of an operator's action say what held the rows it waited for.
 fn explain(e: StoreError, what: &str, timeout: Duration) -> StoreError {
@@ -31,7 +31,7 @@ fn explain(e: StoreError, what: &str, timeout: Duration) -> StoreError {
 
 /// Runs `op` in a transaction whose lock waits end after `t`, and commits it; a `Busy`
 /// error names `what` was locked.
-async fn run<R, F>(pool: &PgPool, t: Duration, what: String, op: F) -> StoreResult<R>
+async fn run<R, F>(pool: &Pool, t: Duration, what: String, op: F) -> StoreResult<R>
 where
     F: for<'a> FnOnce(
         &'a mut PgTx,
@@ -45,17 +45,17 @@ where
     Ok(out)
 }
 
-pub(crate) async fn cancel(pool: &PgPool, t: Duration, p: JobCancel) -> StoreResult<JobRow> {
+pub(crate) async fn cancel(pool: &Pool, t: Duration, p: JobCancel) -> StoreResult<JobRow> {
     let what = format!("job {}", p.job_id);
     run(pool, t, what, |tx| Box::pin(tx.job_cancel(p))).await
 }
 
-pub(crate) async fn retry(pool: &PgPool, t: Duration, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+pub(crate) async fn retry(pool: &Pool, t: Duration, p: JobRetry) -> StoreResult<Vec<JobRow>> {
     let what = format!("one of jobs {:?}", p.ids);
     run(pool, t, what, |tx| Box::pin(tx.job_retry(p))).await
 }
 
-pub(crate) async fn discard(pool: &PgPool, t: Duration, p: JobDiscard) -> StoreResult<Vec<i64>> {
+pub(crate) async fn discard(pool: &Pool, t: Duration, p: JobDiscard) -> StoreResult<Vec<i64>> {
     let what = format!("one of jobs {:?}", p.ids);
     run(pool, t, what, |tx| Box::pin(tx.job_discard(p))).await
 }

@@ -13,10 +13,11 @@ use idem_store::{
     JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry, JobRow, JobState, LeaseRenewal,
     LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreResult, StoreTx,
 };
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
 use crate::error::interpret_error;
 use crate::ops;
+use crate::pooler::Pool;
 use crate::value;
 
 /// An open transaction on a PostgreSQL store.
@@ -25,17 +26,15 @@ pub struct PgTx {
 }
 
 impl PgTx {
-    pub(crate) async fn begin(pool: &PgPool) -> StoreResult<Self> {
-        let tx = pool
-            .begin_with(crate::connect::BEGIN)
-            .await
-            .map_err(interpret_error)?;
-        Ok(PgTx { tx })
+    pub(crate) async fn begin(pool: &Pool) -> StoreResult<Self> {
+        Ok(PgTx {
+            tx: pool.begin().await?,
+        })
     }
 
     /// A transaction whose lock waits end after `timeout` (`SET LOCAL lock_timeout`).
     pub(crate) async fn begin_with_lock_timeout(
-        pool: &PgPool,
+        pool: &Pool,
         timeout: std::time::Duration,
     ) -> StoreResult<Self> {
         let mut tx = PgTx::begin(pool).await?;
