@@ -366,6 +366,9 @@ impl Store for PgStore {
         self.claims.close().await;
         self.engine.close().await;
         self.pool.close().await;
+        if let Some(listen) = &self.listen {
+            listen.close().await;
+        }
     }
 
     fn has_channel(&self) -> bool {

@@ -163,14 +163,7 @@ async fn smoke_lifecycle() {
 #[tokio::test]
 async fn behind_a_pooler_sessions_keep_nothing() {
     let Some(url) = test_url() else { return };
-    let schema = fresh_schema();
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let pooled = format!("{url}{sep}pooler=transaction");
-    let options = PgOptions {
-        schema: Some(schema.clone()),
-        ..PgOptions::default()
-    };
-    let store = PgStore::connect(&pooled, options).await.unwrap();
+    let (store, schema) = pooled_store(&url, "pooler=transaction").await;
     store.migrate().await.unwrap();
     assert!(
         store.subscribe().await.unwrap().is_none(),
@@ -210,6 +203,43 @@ async fn behind_a_pooler_sessions_keep_nothing() {
     };
     assert_eq!(in_tx(&store.claims).await, (schema.clone(), "off".into()));
     assert_eq!(in_tx(&store.pool).await, (schema.clone(), "on".into()));
+    drop_schema(&store, &schema).await;
+}
+
+/// A store on `url` with `params` added to its query string, in a fresh schema.
+async fn pooled_store(url: &str, params: &str) -> (PgStore, String) {
+    let schema = fresh_schema();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let options = PgOptions {
+        schema: Some(schema.clone()),
+        ..PgOptions::default()
+    };
+    let url = format!("{url}{sep}{params}");
+    (PgStore::connect(&url, options).await.unwrap(), schema)
+}
+
+/// Behind a pooler with `listen_url`: the subscription is made on the direct connection,
+/// and an announcement sent through the pooled connections (in a transaction) reaches it.
+#[tokio::test]
+async fn behind_a_pooler_wakeups_come_over_the_listen_url() {
+    let Some(url) = test_url() else { return };
+    let encoded: String = url
+        .bytes()
+        .map(|b| match b.is_ascii_alphanumeric() {
+            true => (b as char).to_string(),
+            false => format!("%{b:02X}"),
+        })
+        .collect();
+    let params = format!("pooler=transaction&listen_url={encoded}");
+    let (store, schema) = pooled_store(&url, &params).await;
+    let mut wakeups = store.subscribe().await.unwrap().expect("a subscription");
+    store.announce(&["q1".to_owned()]).await.unwrap();
+    let heard = tokio::time::timeout(std::time::Duration::from_secs(10), wakeups.next())
+        .await
+        .expect("the announcement within 10 s")
+        .unwrap();
+    assert_eq!(heard, ["q1"]);
+    drop(wakeups);
     drop_schema(&store, &schema).await;
 }
 
