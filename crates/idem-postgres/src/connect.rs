@@ -13,6 +13,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, Connection};
 
 use crate::error::interpret_error;
+use crate::pooler::Pooler;
 
 /// Default size of the connection pool: a worker with the default concurrency (10) plus
 /// the connections of its own duties (6: two completion flushes, rescuer, purger,
@@ -63,19 +64,6 @@ pub const SESSION: [(&str, &str); 1] = [("default_transaction_isolation", "read 
 /// statements as they were written.
 pub const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
-/// What opens each transaction of a store whose transactions may sit idle for `idle`
-/// ([`PgOptions::idle_in_transaction_timeout`]): [`BEGIN`], and in the same round trip
-/// the transaction's own `idle_in_transaction_session_timeout`, so that a process that
-/// stops inside it (a paused VM, a SIGSTOP) loses its session and the rows it locked,
-/// such as a job's, instead of pinning them until it resumes. A statement of the
-/// transaction may set its own (an effect transaction's lease, a leadership's).
-pub(crate) fn begin_sql(idle: Duration) -> String {
-    format!(
-        "{BEGIN}; SET LOCAL idle_in_transaction_session_timeout = {}",
-        millis_text(idle)
-    )
-}
-
 /// The longest schema name PostgreSQL keeps (NAMEDATALEN - 1).
 pub const MAX_SCHEMA_LEN: usize = 63;
 
@@ -106,6 +94,15 @@ pub struct PgOptions {
     /// session, releasing what it locked. An effect transaction uses what is left of
     /// its job's lease instead.
     pub idle_in_transaction_timeout: Duration,
+    /// What stands between idem and the server. [`Pooler::Transaction`] (or
+    /// `?pooler=transaction` in the URL) for PgBouncer in transaction mode: idem then keeps
+    /// no state in the server session (see `README.md`, "Behind PgBouncer").
+    pub pooler: Pooler,
+    /// Behind a pooler: a URL that reaches the server directly, for the one session-scoped
+    /// thing idem uses, LISTEN (wake-ups from other processes); also `?listen_url=…`
+    /// (percent-encoded) in the URL. Without it, workers poll for jobs enqueued by other
+    /// processes. Not used without a pooler.
+    pub listen_url: Option<String>,
 }
 
 /// Default [`PgOptions::operator_lock_timeout`]: 5 s.
@@ -124,6 +121,8 @@ impl Default for PgOptions {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             operator_lock_timeout: DEFAULT_OPERATOR_LOCK_TIMEOUT,
             idle_in_transaction_timeout: DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
+            pooler: Pooler::None,
+            listen_url: None,
         }
     }
 }
@@ -233,13 +232,16 @@ async fn create_schema(conn: &mut sqlx::PgConnection, schema: &str) -> StoreResu
     }
 }
 
-/// [`StoreError::NotFound`] unless `schema` exists; creates nothing.
+/// [`StoreError::NotFound`] unless `schema` exists; creates nothing. In a transaction,
+/// so that behind a pooler the statement's two round trips reach one server session.
 async fn require_schema(conn: &mut sqlx::PgConnection, url: &str, schema: &str) -> StoreResult<()> {
+    let mut tx = conn.begin().await.map_err(interpret_error)?;
     let exists: bool = sqlx::query_scalar(include_str!("../queries/migration/schema_exists.sql"))
         .bind(schema)
-        .fetch_one(conn)
+        .fetch_one(&mut *tx)
         .await
         .map_err(interpret_error)?;
+    tx.commit().await.map_err(interpret_error)?;
     match exists {
         true => Ok(()),
         false => Err(StoreError::not_found(format!(
@@ -249,12 +251,17 @@ async fn require_schema(conn: &mut sqlx::PgConnection, url: &str, schema: &str) 
     }
 }
 
-/// An error of the probe connection; a database that does not exist (SQLSTATE 3D000) is
+/// An error of the probe connection; a database that does not exist (SQLSTATE 3D000, or
+/// PgBouncer's `database "…" does not exist`, which has another code) is
 /// [`StoreError::NotFound`] naming the URL, as a missing SQLite file is.
 fn open_error(url: &str, e: sqlx::Error) -> StoreError {
     let url = redact(url);
-    let code = e.as_database_error().and_then(|d| d.code());
-    if code.as_deref() == Some("3D000") {
+    let db = e.as_database_error();
+    let code = db.and_then(|d| d.code());
+    let no_database = db.is_some_and(|d| {
+        d.message().starts_with("database \"") && d.message().ends_with("\" does not exist")
+    });
+    if code.as_deref() == Some("3D000") || no_database {
         return StoreError::not_found(format!("PostgreSQL database {url}"));
     }
     match interpret_error(e) {

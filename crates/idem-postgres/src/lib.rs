@@ -18,6 +18,11 @@
 //! can hold several independent idem installations (and each test its own). What must
 //! stay true: no error message carries the URL's password.
 //!
+//! Behind a connection pooler in transaction mode (`?pooler=transaction`, [`Pooler`]), the
+//! pools keep nothing in the server session: settings are set in each transaction, no
+//! statement is prepared by name, one-statement operations run in a transaction too, and
+//! LISTEN goes over a direct connection or not at all (`pooler.rs`).
+//!
 //! SQL lives in `queries/<area>/<op>.sql`, one statement per file, at the same paths as in
 //! `idem-sqlite`; migrations in `migrations/`, numbered as there.
 #![warn(missing_docs)]
@@ -32,6 +37,7 @@ mod migrate;
 mod notify;
 mod operator;
 mod ops;
+mod pooler;
 mod primary;
 mod row;
 mod tx;
@@ -52,21 +58,25 @@ pub use connect::{
     MAX_SCHEMA_LEN, PgOptions, SESSION, redact, url_with_search_path,
 };
 pub use error::interpret_error;
+use pooler::Pool;
+pub use pooler::{LISTEN_URL_PARAM, POOLER_PARAM, Pooler};
 pub use tx::PgTx;
 
 /// An idem store in a PostgreSQL database (optionally one schema of it).
 #[derive(Debug, Clone)]
 pub struct PgStore {
-    pool: PgPool,
+    pool: Pool,
     /// Connections with [`CLAIM_PLANNER`] and [`GENERIC_PLANS`], for claims only.
-    claims: PgPool,
+    claims: Pool,
     /// Connections with [`GENERIC_PLANS`], for the engine's other one-statement
     /// operations only (never a caller's query).
-    engine: PgPool,
+    engine: Pool,
+    /// Direct connections to the server for LISTEN behind a pooler
+    /// ([`PgOptions::listen_url`]); `None` without a pooler (LISTEN uses `pool`) or
+    /// without a direct URL (workers poll).
+    listen: Option<PgPool>,
     /// [`PgOptions::operator_lock_timeout`].
     operator_lock_timeout: std::time::Duration,
-    /// What opens each transaction ([`connect::begin_sql`]).
-    begin: std::sync::Arc<str>,
     /// [`PgOptions::max_connections`].
     max_connections: u32,
 }
@@ -102,53 +112,128 @@ impl PgStore {
     }
 
     /// Checks the settings, probes the server (creating the schema when `create`), and
-    /// sets up the pools.
+    /// sets up the pools: directly, with the settings as startup options, or behind a
+    /// pooler, with them set in each transaction (`pooler.rs`).
     async fn open(url: &str, options: PgOptions, create: bool) -> StoreResult<Self> {
         #[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
         chaos::check();
         options.validate()?;
-        let connect = connect::connect_options(url)?;
-        connect::probe(url, &connect, options.schema.as_deref(), create).await?;
-        let connect = match &options.schema {
-            Some(schema) => connect.options([("search_path", schema)]),
-            None => connect,
-        }
-        .options(connect::SESSION);
-        let pool_of = |size: u32, connect: PgConnectOptions| {
-            PgPoolOptions::new()
-                .max_connections(size)
-                .test_before_acquire(false)
-                .acquire_timeout(CONNECT_TIMEOUT)
-                .after_connect(primary::refuse_standby)
-                .connect_lazy_with(connect)
+        let parsed = pooler::split_url(url)?;
+        let pooler = match options.pooler {
+            Pooler::None => parsed.pooler,
+            set => set,
         };
-        let claims = pool_of(
-            options.max_connections.min(CLAIM_CONNECTIONS),
-            connect
-                .clone()
-                .options(CLAIM_PLANNER)
-                .options(GENERIC_PLANS),
+        let connect = connect::connect_options(&parsed.url)?;
+        let connect = match pooler {
+            Pooler::None => connect,
+            Pooler::Transaction => connect.statement_cache_capacity(0).extra_float_digits(None),
+        };
+        connect::probe(url, &connect, options.schema.as_deref(), create).await?;
+        let mut settings = parsed.settings;
+        settings.extend(
+            options
+                .schema
+                .iter()
+                .map(|s| ("search_path".into(), s.clone())),
         );
-        let engine = pool_of(
-            options.max_connections.min(ENGINE_CONNECTIONS),
-            connect.clone().options(GENERIC_PLANS),
-        );
-        let pool = pool_of(options.max_connections, connect);
+        let listen_url = options
+            .listen_url
+            .as_deref()
+            .or(parsed.listen_url.as_deref());
+        let listen = match (pooler, listen_url) {
+            (Pooler::Transaction, Some(direct)) => Some(
+                PgPoolOptions::new()
+                    .max_connections(options.max_connections)
+                    .acquire_timeout(CONNECT_TIMEOUT)
+                    .connect_lazy_with(connect::connect_options(direct)?),
+            ),
+            _ => None,
+        };
+        let sized = |size: u32| options.max_connections.min(size);
         Ok(PgStore {
-            pool,
-            claims,
-            engine,
+            claims: pool_of(
+                sized(CLAIM_CONNECTIONS),
+                &connect,
+                pooler,
+                &settings,
+                &CLAIM_PLANNER,
+                true,
+                options.idle_in_transaction_timeout,
+            ),
+            engine: pool_of(
+                sized(ENGINE_CONNECTIONS),
+                &connect,
+                pooler,
+                &settings,
+                &[],
+                true,
+                options.idle_in_transaction_timeout,
+            ),
+            pool: pool_of(
+                options.max_connections,
+                &connect,
+                pooler,
+                &settings,
+                &[],
+                false,
+                options.idle_in_transaction_timeout,
+            ),
+            listen,
             operator_lock_timeout: options.operator_lock_timeout,
-            begin: connect::begin_sql(options.idle_in_transaction_timeout).into(),
             max_connections: options.max_connections,
         })
     }
 
     /// The connection pool, for callers that need sqlx directly. Its connections use the
     /// store's schema.
+    ///
+    /// Behind a pooler in transaction mode (`pooler=transaction`), a statement run on it
+    /// straight, outside a transaction, has neither the schema nor a server connection of
+    /// its own between its two round trips: use [`PgStore::begin`] (or
+    /// [`PgTx::inner`]) there instead.
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.pool.pool
     }
+}
+
+/// A pool of `size` connections. Directly, the session carries `settings` and `extra` as
+/// startup options, with [`SESSION`], and [`GENERIC_PLANS`] if `generic` (the claims' and
+/// the engine's pools; the caller's keeps `auto`). Behind a pooler, `settings` and `extra`
+/// are set in each transaction instead, and [`GENERIC_PLANS`] is left out: unnamed
+/// statements are planned on every execution whatever the mode.
+fn pool_of(
+    size: u32,
+    connect: &PgConnectOptions,
+    pooler: Pooler,
+    settings: &[(String, String)],
+    extra: &[(&str, &str)],
+    generic: bool,
+    idle: std::time::Duration,
+) -> Pool {
+    let mut all = settings.to_vec();
+    all.extend(
+        extra
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
+    let connect = match pooler {
+        Pooler::Transaction => connect.clone(),
+        Pooler::None => {
+            let c = connect.clone().options(all.iter().map(|(k, v)| (k, v)));
+            let c = c.options(connect::SESSION);
+            match generic {
+                true => c.options(GENERIC_PLANS),
+                false => c,
+            }
+        }
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(size)
+        .test_before_acquire(false)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .after_connect(primary::refuse_standby)
+        .connect_lazy_with(connect);
+    Pool::new(pool, pooler, &all, idle)
 }
 
 #[async_trait]
@@ -158,7 +243,7 @@ impl Store for PgStore {
     }
 
     async fn migrate(&self) -> StoreResult<usize> {
-        migrate::run(&self.pool, &self.begin).await
+        migrate::run(&self.pool).await
     }
 
     async fn schema_status(&self) -> StoreResult<idem_store::migration::SchemaStatus> {
@@ -166,102 +251,130 @@ impl Store for PgStore {
     }
 
     async fn begin(&self) -> StoreResult<Box<dyn StoreTx>> {
-        Ok(Box::new(PgTx::begin(&self.pool, &self.begin).await?))
+        Ok(Box::new(PgTx::begin(&self.pool).await?))
     }
 
     async fn now(&self) -> StoreResult<Timestamp> {
-        ops::clock::now(&self.pool).await
+        self.pool.run(|c| Box::pin(ops::clock::now(c))).await
     }
 
     async fn job_get(&self, id: i64) -> StoreResult<Option<JobRow>> {
-        ops::job::get(&self.pool, id).await
+        self.pool.run(move |c| Box::pin(ops::job::get(c, id))).await
     }
 
     async fn job_awaiting(&self, key: String) -> StoreResult<Option<JobRow>> {
-        ops::job::awaiting(&self.pool, key).await
+        self.pool
+            .run(move |c| Box::pin(ops::job::awaiting(c, key)))
+            .await
     }
 
     async fn job_list(&self, p: JobList) -> StoreResult<Vec<JobRow>> {
-        ops::job::list(&self.pool, p).await
+        self.pool.run(move |c| Box::pin(ops::job::list(c, p))).await
     }
 
     async fn job_attempts(&self, job_id: i64) -> StoreResult<Vec<AttemptRow>> {
-        ops::job_attempt::list(&self.pool, job_id).await
+        self.pool
+            .run(move |c| Box::pin(ops::job_attempt::list(c, job_id)))
+            .await
     }
 
     async fn job_first_attempts(&self, ids: Vec<i64>) -> StoreResult<Vec<(i64, Timestamp)>> {
-        ops::job_attempt::first_started(&self.pool, &ids).await
+        self.pool
+            .run(move |c| Box::pin(async move { ops::job_attempt::first_started(c, &ids).await }))
+            .await
     }
 
     async fn queue_waiting(&self) -> StoreResult<Vec<idem_store::QueueWaiting>> {
-        ops::queue::waiting(&self.pool).await
+        self.pool.run(|c| Box::pin(ops::queue::waiting(c))).await
     }
 
     async fn queue_paused(&self) -> StoreResult<Vec<idem_store::PausedQueue>> {
-        ops::queue::paused(&self.pool).await
+        self.pool.run(|c| Box::pin(ops::queue::paused(c))).await
     }
 
     async fn queue_counts(&self) -> StoreResult<Vec<QueueCount>> {
-        ops::queue::counts(&self.pool).await
+        self.pool.run(|c| Box::pin(ops::queue::counts(c))).await
     }
 
     async fn queue_finished(
         &self,
         params: idem_store::QueueFinishedList,
     ) -> StoreResult<Vec<idem_store::QueueFinished>> {
-        ops::queue::finished(&self.pool, params).await
+        self.pool
+            .run(move |c| Box::pin(ops::queue::finished(c, params)))
+            .await
     }
 
     async fn effect_list(
         &self,
         params: idem_store::EffectList,
     ) -> StoreResult<Vec<idem_store::EffectRecord>> {
-        ops::effect::list(&self.pool, params).await
+        self.pool
+            .run(move |c| Box::pin(ops::effect::list(c, params)))
+            .await
     }
 
     async fn intent_get(&self, key: String) -> StoreResult<Option<idem_store::IntentRow>> {
-        ops::intent::get(&self.pool, key).await
+        self.pool
+            .run(move |c| Box::pin(ops::intent::get(c, key)))
+            .await
     }
 
     async fn intent_counts(&self) -> StoreResult<Vec<idem_store::IntentCount>> {
-        ops::intent::counts(&self.pool).await
+        self.pool.run(|c| Box::pin(ops::intent::counts(c))).await
     }
 
     async fn batch_get(&self, batch_id: i64) -> StoreResult<Option<idem_store::BatchRow>> {
-        ops::batch::get(&self.pool, batch_id).await
+        self.pool
+            .run(move |c| Box::pin(ops::batch::get(c, batch_id)))
+            .await
     }
 
     async fn batch_list(&self, p: idem_store::BatchList) -> StoreResult<Vec<idem_store::BatchRow>> {
-        ops::batch::list(&self.pool, p).await
+        self.pool
+            .run(move |c| Box::pin(ops::batch::list(c, p)))
+            .await
     }
 
     async fn batch_children(&self, p: idem_store::BatchChildren) -> StoreResult<Vec<JobRow>> {
-        ops::batch::children(&self.pool, p).await
+        self.pool
+            .run(move |c| Box::pin(ops::batch::children(c, p)))
+            .await
     }
 
     async fn batch_states(&self, batch_id: i64) -> StoreResult<Vec<(idem_store::JobState, i64)>> {
-        ops::batch::states(&self.pool, batch_id).await
+        self.pool
+            .run(move |c| Box::pin(ops::batch::states(c, batch_id)))
+            .await
     }
 
     async fn intent_list(
         &self,
         p: idem_store::IntentList,
     ) -> StoreResult<Vec<idem_store::IntentRow>> {
-        ops::intent::list(&self.pool, p).await
+        self.pool
+            .run(move |c| Box::pin(ops::intent::list(c, p)))
+            .await
     }
 
     async fn ledger_verify(&self) -> StoreResult<Vec<idem_store::LedgerMismatch>> {
-        ops::ledger::verify(&self.pool).await
+        self.pool.run(|c| Box::pin(ops::ledger::verify(c))).await
     }
 
     async fn query(&self, sql: &str, args: &[SqlValue]) -> StoreResult<Vec<Vec<SqlValue>>> {
-        value::query(&self.pool, sql, args).await
+        let (sql, args) = (sql.to_owned(), args.to_vec());
+        self.pool
+            .run(move |c| Box::pin(async move { value::query(c, &sql, &args).await }))
+            .await
     }
 
     async fn close(&self) {
         self.claims.close().await;
         self.engine.close().await;
         self.pool.close().await;
+        if let Some(listen) = &self.listen {
+            listen.close().await;
+        }
     }
 
     fn has_channel(&self) -> bool {
@@ -277,7 +390,7 @@ impl Store for PgStore {
     }
 
     async fn subscribe(&self) -> StoreResult<Option<Box<dyn Wakeups>>> {
-        notify::subscribe(&self.pool).await.map(Some)
+        notify::subscribe(&self.pool, self.listen.as_ref()).await
     }
 
     // The one-statement operations run straight on a pool: the statement is its own
@@ -286,19 +399,21 @@ impl Store for PgStore {
     // theirs.
 
     async fn job_insert_rows(&self, p: JobInsert) -> StoreResult<Vec<JobRow>> {
-        ops::job::insert(&self.engine, p).await
+        self.engine
+            .run(move |c| Box::pin(ops::job::insert(c, p)))
+            .await
     }
 
     async fn job_retry(&self, p: JobRetry) -> StoreResult<Vec<JobRow>> {
-        operator::retry(self, p).await
+        operator::retry(&self.pool, self.operator_lock_timeout, p).await
     }
 
     async fn job_discard(&self, p: JobDiscard) -> StoreResult<Vec<i64>> {
-        operator::discard(self, p).await
+        operator::discard(&self.pool, self.operator_lock_timeout, p).await
     }
 
     async fn job_cancel(&self, p: JobCancel) -> StoreResult<JobRow> {
-        operator::cancel(self, p).await
+        operator::cancel(&self.pool, self.operator_lock_timeout, p).await
     }
 
     async fn purge(&self, p: Purge) -> StoreResult<u64> {
@@ -309,19 +424,27 @@ impl Store for PgStore {
             tx.commit().await?;
             return Ok(n);
         }
-        ops::purge::delete(&self.pool, p).await
+        self.pool
+            .run(move |c| Box::pin(ops::purge::delete(c, p)))
+            .await
     }
 
     async fn purge_count(&self, target: PurgeTarget, before: Timestamp) -> StoreResult<u64> {
-        ops::purge::count(&self.pool, target, before).await
+        self.pool
+            .run(move |c| Box::pin(ops::purge::count(c, target, before)))
+            .await
     }
 
     async fn job_claim(&self, p: JobClaim) -> StoreResult<Vec<JobRow>> {
-        ops::job::claim(&self.claims, p).await
+        self.claims
+            .run(move |c| Box::pin(ops::job::claim(c, p)))
+            .await
     }
 
     async fn job_heartbeat(&self, p: JobHeartbeat) -> StoreResult<Vec<LeaseRenewal>> {
-        ops::job::heartbeat(&self.engine, p).await
+        self.engine
+            .run(move |c| Box::pin(ops::job::heartbeat(c, p)))
+            .await
     }
 
     // Completions and failures of jobs outside batches are one statement each; what that
@@ -329,17 +452,29 @@ impl Store for PgStore {
     // again) goes through a transaction that counts the batch (`StoreTx`'s methods).
 
     async fn job_complete_many(&self, p: JobCompleteMany) -> StoreResult<Vec<i64>> {
-        let done = ops::job::complete_many(&self.engine, p.clone(), false).await?;
+        let q = p.clone();
+        let done = self
+            .engine
+            .run(move |c| Box::pin(ops::job::complete_many(c, q, false)))
+            .await?;
         fast_path::complete_many_rest(self, p, done).await
     }
 
     async fn job_complete(&self, p: JobComplete) -> StoreResult<JobRow> {
-        let first = ops::job::complete(&self.engine, p.clone(), false).await;
+        let q = p.clone();
+        let first = self
+            .engine
+            .run(move |c| Box::pin(ops::job::complete(c, q, false)))
+            .await;
         fast_path::complete_rest(self, p, first).await
     }
 
     async fn job_fail(&self, p: JobFail) -> StoreResult<JobRow> {
-        let first = ops::job::fail(&self.engine, p.clone(), false).await;
+        let q = p.clone();
+        let first = self
+            .engine
+            .run(move |c| Box::pin(ops::job::fail(c, q, false)))
+            .await;
         fast_path::fail_rest(self, p, first).await
     }
 
@@ -349,16 +484,21 @@ impl Store for PgStore {
         &self,
         p: idem_store::HttpKeyReserve,
     ) -> StoreResult<idem_store::HttpKeyReserved> {
-        let mut conn = self.pool.acquire().await.map_err(error::interpret_error)?;
-        ops::http_key::reserve(&mut conn, p).await
+        self.pool
+            .run(move |c| Box::pin(ops::http_key::reserve(c, p)))
+            .await
     }
 
     async fn http_key_complete(&self, p: idem_store::HttpKeyComplete) -> StoreResult<bool> {
-        ops::http_key::complete(&self.pool, p).await
+        self.pool
+            .run(move |c| Box::pin(ops::http_key::complete(c, p)))
+            .await
     }
 
     async fn http_key_release(&self, p: idem_store::HttpKeyRelease) -> StoreResult<bool> {
-        ops::http_key::release(&self.pool, p).await
+        self.pool
+            .run(move |c| Box::pin(ops::http_key::release(c, p)))
+            .await
     }
 }
 

@@ -10,9 +10,10 @@
 use idem_store::StoreResult;
 use idem_store::Timestamp;
 use idem_store::migration::{COUNT, Migration, SchemaMigration, SchemaStatus, pending, with_sql};
-use sqlx::PgPool;
+use sqlx::PgConnection;
 
 use crate::error::interpret_error;
+use crate::pooler::Pool;
 
 /// The key of the transaction-level advisory lock that serialises migrators: the ASCII
 /// bytes of "idem" (0x6964656d). Shared by every schema of a database, so migrators of
@@ -43,14 +44,12 @@ pub(crate) fn migrations() -> [Migration; COUNT] {
     ])
 }
 
-/// Applies pending migrations in one transaction under the advisory lock, opened with
-/// `begin` (so a process stopped inside it does not hold the lock, and every other
-/// process's migration, for longer than the idle timeout); returns how many ran.
-pub(crate) async fn run(pool: &PgPool, begin: &std::sync::Arc<str>) -> StoreResult<usize> {
-    let mut tx = pool
-        .begin_with(sqlx::AssertSqlSafe(begin.clone()))
-        .await
-        .map_err(interpret_error)?;
+/// Applies pending migrations in one transaction under the advisory lock, opened as
+/// every transaction is (`Pool::begin`: so a process stopped inside it does not hold the
+/// lock, and every other process's migration, past the idle timeout); returns how many
+/// ran.
+pub(crate) async fn run(pool: &Pool) -> StoreResult<usize> {
+    let mut tx = pool.begin().await?;
     sqlx::query(include_str!("../queries/migration/lock.sql"))
         .bind(MIGRATION_LOCK_KEY)
         .execute(&mut *tx)
@@ -84,9 +83,13 @@ pub(crate) async fn run(pool: &PgPool, begin: &std::sync::Arc<str>) -> StoreResu
 
 /// Where the schema stands ([`idem_store::Store::schema_status`]): two reads, and no
 /// migrations table created where there is none.
-pub(crate) async fn status(pool: &PgPool) -> StoreResult<SchemaStatus> {
+pub(crate) async fn status(pool: &Pool) -> StoreResult<SchemaStatus> {
+    pool.run(|c| Box::pin(status_on(c))).await
+}
+
+async fn status_on(c: &mut PgConnection) -> StoreResult<SchemaStatus> {
     let exists: bool = sqlx::query_scalar(include_str!("../queries/migration/exists.sql"))
-        .fetch_one(pool)
+        .fetch_one(&mut *c)
         .await
         .map_err(interpret_error)?;
     if !exists {
@@ -94,7 +97,7 @@ pub(crate) async fn status(pool: &PgPool) -> StoreResult<SchemaStatus> {
     }
     let rows: Vec<(i64, String, Timestamp)> =
         sqlx::query_as(include_str!("../queries/migration/list.sql"))
-            .fetch_all(pool)
+            .fetch_all(c)
             .await
             .map_err(interpret_error)?;
     let recorded = rows

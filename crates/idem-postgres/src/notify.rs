@@ -5,6 +5,11 @@
 //! announcement at a time), on a channel of the store's schema. A worker listens on a
 //! dedicated connection and claims at once instead of at its next poll. Notifications are
 //! a hint: one lost while a listener reconnects only delays a worker until it polls.
+//!
+//! Behind a pooler in transaction mode, NOTIFY goes through the pooler (it is sent at
+//! commit), but LISTEN would subscribe a server session the pooler soon hands to another
+//! client: the listener connects directly to the server when a direct URL is configured
+//! (`listen_url`), and otherwise there is no subscription and workers poll.
 
 use async_trait::async_trait;
 use idem_store::{StoreResult, Wakeups};
@@ -12,35 +17,56 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
 use crate::error::interpret_error;
+use crate::pooler::{Pool, Pooler};
 
 /// The longest payload sent; longer lists of queues are sent as "any queue".
 const MAX_PAYLOAD: usize = 7_000;
 
 /// Announces `queues` on the schema's channel.
-pub(crate) async fn announce(pool: &PgPool, queues: &[String]) -> StoreResult<()> {
+pub(crate) async fn announce(pool: &Pool, queues: &[String]) -> StoreResult<()> {
     let mut payload = queues.join("\n");
     if payload.len() > MAX_PAYLOAD {
         payload.clear();
     }
-    sqlx::query(include_str!("../queries/notify/announce.sql"))
-        .bind(payload)
-        .execute(pool)
-        .await
-        .map_err(interpret_error)?;
-    Ok(())
+    pool.run(|c| {
+        Box::pin(async move {
+            sqlx::query(include_str!("../queries/notify/announce.sql"))
+                .bind(payload)
+                .execute(c)
+                .await
+                .map_err(interpret_error)?;
+            Ok(())
+        })
+    })
+    .await
 }
 
-/// Opens a listener on the schema's channel.
-pub(crate) async fn subscribe(pool: &PgPool) -> StoreResult<Box<dyn Wakeups>> {
-    let channel: String = sqlx::query_scalar(include_str!("../queries/notify/channel.sql"))
-        .fetch_one(pool)
-        .await
-        .map_err(interpret_error)?;
-    let mut listener = PgListener::connect_with(pool)
+/// Opens a listener on the schema's channel: on a connection of `pool`, or behind a
+/// pooler on one of `direct`; `None` behind a pooler without `direct`.
+pub(crate) async fn subscribe(
+    pool: &Pool,
+    direct: Option<&PgPool>,
+) -> StoreResult<Option<Box<dyn Wakeups>>> {
+    let listen_on = match (pool.pooler(), direct) {
+        (Pooler::None, _) => &pool.pool,
+        (Pooler::Transaction, Some(direct)) => direct,
+        (Pooler::Transaction, None) => return Ok(None),
+    };
+    let channel: String = pool
+        .run(|c| {
+            Box::pin(async move {
+                sqlx::query_scalar(include_str!("../queries/notify/channel.sql"))
+                    .fetch_one(c)
+                    .await
+                    .map_err(interpret_error)
+            })
+        })
+        .await?;
+    let mut listener = PgListener::connect_with(listen_on)
         .await
         .map_err(interpret_error)?;
     listener.listen(&channel).await.map_err(interpret_error)?;
-    Ok(Box::new(PgWakeups { listener }))
+    Ok(Some(Box::new(PgWakeups { listener })))
 }
 
 struct PgWakeups {

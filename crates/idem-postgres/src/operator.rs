@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use idem_store::{JobCancel, JobDiscard, JobRetry, JobRow, StoreError, StoreResult, StoreTx};
 
-use crate::{PgStore, PgTx};
+use crate::PgTx;
+use crate::pooler::Pool;
 
 /// `Busy` errors of an operator's action say what held the rows it waited for.
 fn explain(e: StoreError, what: &str, timeout: Duration) -> StoreError {
@@ -30,7 +31,7 @@ fn explain(e: StoreError, what: &str, timeout: Duration) -> StoreError {
 
 /// Runs `op` in a transaction whose lock waits end after `t`, and commits it; a `Busy`
 /// error names `what` was locked.
-async fn run<R, F>(store: &PgStore, what: String, op: F) -> StoreResult<R>
+async fn run<R, F>(pool: &Pool, t: Duration, what: String, op: F) -> StoreResult<R>
 where
     F: for<'a> FnOnce(
         &'a mut PgTx,
@@ -38,24 +39,23 @@ where
         Box<dyn std::future::Future<Output = StoreResult<R>> + Send + 'a>,
     >,
 {
-    let t = store.operator_lock_timeout;
-    let mut tx = PgTx::begin_with_lock_timeout(&store.pool, &store.begin, t).await?;
+    let mut tx = PgTx::begin_with_lock_timeout(pool, t).await?;
     let out = op(&mut tx).await.map_err(|e| explain(e, &what, t))?;
     Box::new(tx).commit().await?;
     Ok(out)
 }
 
-pub(crate) async fn cancel(store: &PgStore, p: JobCancel) -> StoreResult<JobRow> {
+pub(crate) async fn cancel(pool: &Pool, t: Duration, p: JobCancel) -> StoreResult<JobRow> {
     let what = format!("job {}", p.job_id);
-    run(store, what, |tx| Box::pin(tx.job_cancel(p))).await
+    run(pool, t, what, |tx| Box::pin(tx.job_cancel(p))).await
 }
 
-pub(crate) async fn retry(store: &PgStore, p: JobRetry) -> StoreResult<Vec<JobRow>> {
+pub(crate) async fn retry(pool: &Pool, t: Duration, p: JobRetry) -> StoreResult<Vec<JobRow>> {
     let what = format!("one of jobs {:?}", p.ids);
-    run(store, what, |tx| Box::pin(tx.job_retry(p))).await
+    run(pool, t, what, |tx| Box::pin(tx.job_retry(p))).await
 }
 
-pub(crate) async fn discard(store: &PgStore, p: JobDiscard) -> StoreResult<Vec<i64>> {
+pub(crate) async fn discard(pool: &Pool, t: Duration, p: JobDiscard) -> StoreResult<Vec<i64>> {
     let what = format!("one of jobs {:?}", p.ids);
-    run(store, what, |tx| Box::pin(tx.job_discard(p))).await
+    run(pool, t, what, |tx| Box::pin(tx.job_discard(p))).await
 }

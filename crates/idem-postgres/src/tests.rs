@@ -156,6 +156,93 @@ async fn smoke_lifecycle() {
     drop_schema(&store, &schema).await;
 }
 
+/// Behind a pooler (`pooler=transaction`, here straight to the server so the sessions can
+/// be looked at): after a lifecycle of operations, no connection of any pool has a
+/// prepared statement, a setting of idem's or a LISTEN, and none was opened with startup
+/// options; inside idem's transactions the schema and the claim planner still hold.
+#[tokio::test]
+async fn behind_a_pooler_sessions_keep_nothing() {
+    let Some(url) = test_url() else { return };
+    let (store, schema) = pooled_store(&url, "pooler=transaction").await;
+    store.migrate().await.unwrap();
+    assert!(
+        store.subscribe().await.unwrap().is_none(),
+        "no LISTEN without listen_url"
+    );
+    let t0 = store.now().await.unwrap();
+    lifecycle(&store, t0).await;
+    for pool in [&store.pool, &store.claims, &store.engine] {
+        let mut conn = pool.pool.acquire().await.unwrap();
+        let session: (i64, String, String, String) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM pg_prepared_statements), current_setting('search_path'), \
+                    current_setting('enable_seqscan'), \
+                    (SELECT coalesce(string_agg(c, ','), '') FROM pg_listening_channels() c)",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        assert_eq!(session.0, 0, "prepared statements left in the session");
+        assert!(
+            !session.1.contains(&schema),
+            "search_path of the session: {}",
+            session.1
+        );
+        assert_eq!((session.2.as_str(), session.3.as_str()), ("on", ""));
+    }
+    let in_tx = |pool: &Pool| {
+        let pool = pool.clone();
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let seen: (String, String) =
+                sqlx::query_as("SELECT current_schema(), current_setting('enable_seqscan')")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .unwrap();
+            seen
+        }
+    };
+    assert_eq!(in_tx(&store.claims).await, (schema.clone(), "off".into()));
+    assert_eq!(in_tx(&store.pool).await, (schema.clone(), "on".into()));
+    drop_schema(&store, &schema).await;
+}
+
+/// A store on `url` with `params` added to its query string, in a fresh schema.
+async fn pooled_store(url: &str, params: &str) -> (PgStore, String) {
+    let schema = fresh_schema();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let options = PgOptions {
+        schema: Some(schema.clone()),
+        ..PgOptions::default()
+    };
+    let url = format!("{url}{sep}{params}");
+    (PgStore::connect(&url, options).await.unwrap(), schema)
+}
+
+/// Behind a pooler with `listen_url`: the subscription is made on the direct connection,
+/// and an announcement sent through the pooled connections (in a transaction) reaches it.
+#[tokio::test]
+async fn behind_a_pooler_wakeups_come_over_the_listen_url() {
+    let Some(url) = test_url() else { return };
+    let encoded: String = url
+        .bytes()
+        .map(|b| match b.is_ascii_alphanumeric() {
+            true => (b as char).to_string(),
+            false => format!("%{b:02X}"),
+        })
+        .collect();
+    let params = format!("pooler=transaction&listen_url={encoded}");
+    let (store, schema) = pooled_store(&url, &params).await;
+    let mut wakeups = store.subscribe().await.unwrap().expect("a subscription");
+    store.announce(&["q1".to_owned()]).await.unwrap();
+    let heard = tokio::time::timeout(std::time::Duration::from_secs(10), wakeups.next())
+        .await
+        .expect("the announcement within 10 s")
+        .unwrap();
+    assert_eq!(heard, ["q1"]);
+    drop(wakeups);
+    drop_schema(&store, &schema).await;
+}
+
 /// With no statistics about a large backlog waiting (a table that filled faster than
 /// autoanalyze), a
 /// claim still walks the claim index in order and stops at its limit: no bitmap scan, no
@@ -166,7 +253,7 @@ async fn smoke_lifecycle() {
 async fn claims_walk_the_claim_index(store: &PgStore) {
     // As in a table that filled faster than autoanalyze: no statistics at all.
     sqlx::query("ALTER TABLE idem_job SET (autovacuum_enabled = false)")
-        .execute(&store.pool)
+        .execute(&store.pool.pool)
         .await
         .unwrap();
     let backlog: Vec<NewJob> = (0..20_000).map(|_| new_job("backlog")).collect();
@@ -206,7 +293,7 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
             .bind(None::<Timestamp>)
             .bind(Some(vec!["smoke".to_owned()]))
             .bind(principal)
-            .fetch_all(&store.claims)
+            .fetch_all(&store.claims.pool)
             .await
             .unwrap();
         let plan = plan.join("\n");
@@ -217,7 +304,7 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
     // the claim pool, and complete-many on the engine pool, whose sessions keep sorts
     // (under the claim planner's settings its generic plan walked the whole primary key).
     let claim = generic_plan(
-        &store.claims,
+        &store.claims.pool,
         include_str!("../queries/job/claim.sql"),
         "'backlog', 500, 'w', 30000, NULL, '{smoke}', 'tenant-a'",
     )
@@ -228,7 +315,7 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
         "{claim}"
     );
     let complete = generic_plan(
-        &store.engine,
+        &store.engine.pool,
         include_str!("../queries/job/complete_many.sql"),
         "'{1,2}', '{1,1}', NULL, '{}', '{}', false",
     )
@@ -240,22 +327,22 @@ async fn claims_walk_the_claim_index(store: &PgStore) {
     let show =
         |name: &str| sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!("SHOW {name}")));
     for (name, value) in CLAIM_PLANNER.into_iter().chain(GENERIC_PLANS) {
-        let shown = show(name).fetch_one(&store.claims).await.unwrap();
+        let shown = show(name).fetch_one(&store.claims.pool).await.unwrap();
         assert_eq!(shown, value, "{name} on the claim connections");
     }
     for (name, value) in GENERIC_PLANS {
-        let shown = show(name).fetch_one(&store.engine).await.unwrap();
+        let shown = show(name).fetch_one(&store.engine.pool).await.unwrap();
         assert_eq!(shown, value, "{name} on the engine's connections");
     }
     // The caller's queries keep PostgreSQL's own choice between plans.
     let main = show("plan_cache_mode")
-        .fetch_one(&store.pool)
+        .fetch_one(&store.pool.pool)
         .await
         .unwrap();
     assert_eq!(main, "auto", "plan_cache_mode on the main pool");
     let path = |pool| sqlx::query_scalar::<_, String>("SHOW search_path").fetch_one(pool);
-    let main: String = path(&store.pool).await.unwrap();
-    for pool in [&store.claims, &store.engine] {
+    let main: String = path(&store.pool.pool).await.unwrap();
+    for pool in [&store.claims.pool, &store.engine.pool] {
         let theirs = path(pool).await.unwrap();
         assert_eq!(theirs, main, "claims and the engine use the store's schema");
     }
@@ -620,7 +707,7 @@ async fn engine_plans_made_on_an_empty_table_read_by_primary_key_later() {
             "cm(ARRAY[{id}]::bigint[], ARRAY[1]::bigint[], NULL, '{}', '{}', false)",
         ),
     ];
-    let mut conn = store.engine.acquire().await.unwrap();
+    let mut conn = store.engine.pool.acquire().await.unwrap();
     for (name, sql, args) in statements {
         prepare(&mut conn, name, sql).await;
         let run = format!("EXECUTE {}", args.replace("{id}", "1"));
@@ -739,7 +826,7 @@ async fn each_transaction_carries_the_idle_timeout() {
     tx.rollback().await.unwrap();
     // Outside a transaction, the session's own setting is untouched.
     let outside: String = sqlx::query_scalar(show)
-        .fetch_one(&store.pool)
+        .fetch_one(&store.pool.pool)
         .await
         .unwrap();
     assert_ne!(outside, "4321ms");

@@ -3,7 +3,6 @@
 //! those operations rely on are described there.
 
 use std::any::Any;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 use idem_store::{
@@ -14,10 +13,11 @@ use idem_store::{
     JobFail, JobHeartbeat, JobInsert, JobLock, JobRescue, JobRetry, JobRow, JobState, LeaseRenewal,
     LedgerMismatch, LedgerPost, LedgerPosted, Purge, SqlValue, StoreResult, StoreTx,
 };
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
 use crate::error::interpret_error;
 use crate::ops;
+use crate::pooler::Pool;
 use crate::value;
 
 /// An open transaction on a PostgreSQL store.
@@ -38,22 +38,19 @@ fn noted<T>(doubt: &mut bool, answer: StoreResult<T>) -> StoreResult<T> {
 }
 
 impl PgTx {
-    /// A transaction on `pool` opened with `begin` ([`crate::connect::begin_sql`]).
-    pub(crate) async fn begin(pool: &PgPool, begin: &Arc<str>) -> StoreResult<Self> {
-        let tx = pool
-            .begin_with(sqlx::AssertSqlSafe(begin.clone()))
-            .await
-            .map_err(interpret_error)?;
-        Ok(PgTx { tx, doubt: false })
+    pub(crate) async fn begin(pool: &Pool) -> StoreResult<Self> {
+        Ok(PgTx {
+            tx: pool.begin().await?,
+            doubt: false,
+        })
     }
 
     /// A transaction whose lock waits end after `timeout` (`SET LOCAL lock_timeout`).
     pub(crate) async fn begin_with_lock_timeout(
-        pool: &PgPool,
-        begin: &Arc<str>,
+        pool: &Pool,
         timeout: std::time::Duration,
     ) -> StoreResult<Self> {
-        let mut tx = PgTx::begin(pool, begin).await?;
+        let mut tx = PgTx::begin(pool).await?;
         let ms = crate::connect::millis_text(timeout);
         sqlx::query("SELECT set_config('lock_timeout', $1, true)")
             .bind(ms)

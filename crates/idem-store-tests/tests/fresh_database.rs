@@ -143,14 +143,12 @@ async fn postgres_open_existing_creates_no_schema_and_names_a_missing_database()
         Some(0),
         "schema created"
     );
-    let (server, _) = base
-        .split_once('?')
-        .unwrap_or((&base, ""))
-        .0
-        .rsplit_once('/')
-        .expect("a db");
+    // The query string stays (`pooler=transaction` behind PgBouncer).
+    let (url, query) = base.split_once('?').unwrap_or((&base, ""));
+    let (server, _) = url.rsplit_once('/').expect("a db");
+    let sep = if query.is_empty() { "" } else { "?" };
     let missing = format!(
-        "{server}/idem_no_such_database_{:08x}",
+        "{server}/idem_no_such_database_{:08x}{sep}{query}",
         rand::random::<u32>()
     );
     match PgStore::open_existing(&missing, PgOptions::default()).await {
