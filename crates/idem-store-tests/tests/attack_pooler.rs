@@ -61,9 +61,15 @@ fn bouncer() -> Option<(String, Bouncer)> {
         return None;
     }
     let (host, port) = host_port(&base);
+    let bouncer = start_bouncer(&host, port);
+    Some((base, bouncer))
+}
+
+/// A PgBouncer (`scripts/pgbouncer-test`) in front of the server at `host`:`port`.
+fn start_bouncer(host: &str, port: u16) -> Bouncer {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/pgbouncer-test");
     let out = std::process::Command::new(script)
-        .args([host.as_str(), port.to_string().as_str()])
+        .args([host, port.to_string().as_str()])
         .output()
         .expect("run scripts/pgbouncer-test");
     assert!(
@@ -78,11 +84,10 @@ fn bouncer() -> Option<(String, Bouncer)> {
             .unwrap_or_else(|| panic!("no {k} in {text}"))
             .to_owned()
     };
-    let bouncer = Bouncer {
+    Bouncer {
         port: field("port=").parse().expect("port"),
         dir: field("dir="),
-    };
-    Some((base, bouncer))
+    }
 }
 
 /// The host and port of a `postgres://user@host:port/db` URL.
@@ -690,4 +695,183 @@ async fn a_transaction_idle_past_its_timeout_commits_nothing_through_the_pooler(
     );
     store.close().await;
     drop_schema(&base, &schema).await;
+}
+
+/// A primary and its streaming standby of this test's own (initdb in a temporary
+/// directory, `pg_basebackup -R`), each on a free port of 127.0.0.1; stopped and removed
+/// on drop. As root, the tools run as `postgres`.
+struct Cluster {
+    dir: String,
+    primary: u16,
+    standby: u16,
+}
+
+/// Creates and starts the cluster; prints `dir=`, `primary=`, `standby=`.
+const CLUSTER_SH: &str = r#"
+set -euo pipefail
+bin=$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+as=()
+if [ "$(id -u)" -eq 0 ]; then as=(runuser -u postgres --); fi
+dir=$(mktemp -d /tmp/idem-attack-pg-XXXXXX)
+[ "$(id -u)" -eq 0 ] && chown postgres "$dir"
+cd "$dir"
+free() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+p=$(free); s=$(free)
+opts() { echo "-p $1 -k $dir -c listen_addresses=127.0.0.1 -c fsync=off"; }
+"${as[@]}" "$bin/initdb" -D "$dir/p" -A trust -U postgres --no-sync -E UTF8 --locale=C >/dev/null
+"${as[@]}" "$bin/pg_ctl" -D "$dir/p" -l "$dir/p.log" -w -o "$(opts $p)" start >/dev/null
+"${as[@]}" "$bin/pg_basebackup" -d "host=127.0.0.1 port=$p user=postgres" -D "$dir/s" \
+  -R -X stream -c fast --no-sync
+"${as[@]}" "$bin/pg_ctl" -D "$dir/s" -l "$dir/s.log" -w -o "$(opts $s)" start >/dev/null
+echo "dir=$dir"; echo "primary=$p"; echo "standby=$s"
+"#;
+
+impl Cluster {
+    fn start() -> Cluster {
+        let out = std::process::Command::new("bash")
+            .args(["-c", CLUSTER_SH])
+            .output()
+            .expect("bash");
+        assert!(
+            out.status.success(),
+            "cannot start a primary and a standby: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let field = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .unwrap_or_else(|| panic!("no {k} in {text}"))
+                .to_owned()
+        };
+        Cluster {
+            dir: field("dir="),
+            primary: field("primary=").parse().expect("port"),
+            standby: field("standby=").parse().expect("port"),
+        }
+    }
+
+    /// `pg_ctl -m immediate stop` of `which` ("p" or "s").
+    fn crash(&self, which: &str) {
+        let sh = format!(
+            "bin=$(pg_config --bindir 2>/dev/null || ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1); \
+             as=''; [ \"$(id -u)\" -eq 0 ] && as='runuser -u postgres --'; \
+             $as \"$bin/pg_ctl\" -D {}/{which} -m immediate -w stop >/dev/null 2>&1 || true",
+            self.dir
+        );
+        let _ = std::process::Command::new("bash")
+            .args(["-c", &sh])
+            .status();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.crash("p");
+        self.crash("s");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Points `bouncer` at the server on `port` (as a failover that moves the address the
+/// pooler uses), reloading it.
+async fn repoint(bouncer: &Bouncer, from: u16, to: u16) {
+    let ini = format!("{}/pgbouncer.ini", bouncer.dir);
+    let text = std::fs::read_to_string(&ini).expect("read pgbouncer.ini");
+    let text = text.replace(&format!("port={from}"), &format!("port={to}"));
+    std::fs::write(&ini, text).expect("write pgbouncer.ini");
+    let pid = std::fs::read_to_string(format!("{}/pgbouncer.pid", bouncer.dir)).expect("pid");
+    let ok = std::process::Command::new("kill")
+        .args(["-HUP", pid.trim()])
+        .status()
+        .expect("kill -HUP");
+    assert!(ok.success(), "reload pgbouncer");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// primary.rs: "no connection that answered `pg_is_in_recovery() = true` is ever handed
+/// out", and ARCHITECTURE.md: "no lease or fence is read on a standby", because "a server
+/// cannot leave the primary role without restarting, which ends its connections".
+/// Behind PgBouncer, the restart ends PgBouncer's server connections, not the store's
+/// connections to PgBouncer, which were checked once, when they opened. Replayed: the
+/// store works through PgBouncer on a primary (a claimed job, fence 1), the standby's
+/// replay is paused, the job is claimed again on the primary (fence 2), the primary stops
+/// hard and PgBouncer's address moves to the standby, still in recovery (the failover
+/// order ARCHITECTURE.md tests). The store's next read must be refused; it answers from
+/// the standby, with the stale fence.
+#[tokio::test]
+#[ignore = "finding: behind PgBouncer the primary-only check is per client connection; \
+            after a failover the store reads a stale fence from a standby"]
+async fn behind_a_pooler_no_read_reaches_a_standby_after_a_failover() {
+    // Skips (or fails under CI) as the other tests do; this one needs no test server
+    // but a cluster of its own.
+    let Some((_, first)) = bouncer() else {
+        return;
+    };
+    drop(first);
+    let cluster = Cluster::start();
+    let bouncer = start_bouncer("127.0.0.1", cluster.primary);
+    let schema = schema_name();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{}/postgres?pooler=transaction",
+        bouncer.port
+    );
+    let store = PgStore::connect(&url, options(&schema))
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let inserted = store
+        .job_insert(JobInsert {
+            jobs: vec![job_in("q", "k")],
+            now: Some(at(0)),
+            ..JobInsert::default()
+        })
+        .await
+        .expect("insert");
+    let id = inserted[0].job.id;
+    let claimed = store
+        .job_claim(claim_params("q", 1, at(1)))
+        .await
+        .expect("claim");
+    assert_eq!(claimed[0].fence, 1);
+    // The standby has the claim, then stops replaying.
+    let standby_url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.standby);
+    let mut standby = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&standby_url)
+            .await
+            .expect("standby")
+    };
+    let fence_sql = format!("SELECT coalesce(max(fence), 0) FROM {schema}.idem_job");
+    for _ in 0..100 {
+        let seen: Result<i64, _> = sqlx::query_scalar(sqlx::AssertSqlSafe(fence_sql.clone()))
+            .fetch_one(&mut standby)
+            .await;
+        if seen.is_ok_and(|f| f == 1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sqlx::raw_sql("SELECT pg_wal_replay_pause()")
+        .execute(&mut standby)
+        .await
+        .expect("pause replay");
+    // Another claim of the job on the primary (fence 2), which the standby does not have.
+    let primary_url = format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.primary);
+    let bump = format!("UPDATE {schema}.idem_job SET fence = fence + 1 WHERE id = {id}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(bump))
+        .execute(&mut direct(&primary_url).await)
+        .await
+        .expect("reclaim on the primary");
+    cluster.crash("p");
+    repoint(&bouncer, cluster.primary, cluster.standby).await;
+    let read = store.job_get(id).await;
+    store.close().await;
+    match read {
+        Err(e) => eprintln!("refused, as it should be: {e}"),
+        Ok(row) => panic!(
+            "the store read job {id} from a standby: fence {:?} (the primary's was 2)",
+            row.map(|r| r.fence)
+        ),
+    }
 }
