@@ -358,14 +358,118 @@ async fn drop_schema(base: &str, schema: &str) {
         .expect("drop schema");
 }
 
+/// A store's everyday operations, through `url` (a proxy to PgBouncer) in a fresh
+/// schema: migrations, enqueue, claim, heartbeat, completion and failure (each on the
+/// engine's pool and in a transaction), the listings the dashboard and HTTP API read, a
+/// purge, an announcement, a subscription (none: no `listen_url`), a caller's query, an
+/// effect transaction, a batch purge, and a second store opened on the existing schema.
+async fn everyday_operations(base: &str, url: &str) {
+    let schema = schema_name();
+    let store = PgStore::connect(url, options(&schema))
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let s: &dyn Store = &store;
+    let inserted = s
+        .job_insert(JobInsert {
+            jobs: vec![job_in("q", "k"), job_in("q", "k"), job_in("q", "k")],
+            now: Some(at(0)),
+            ..JobInsert::default()
+        })
+        .await
+        .expect("insert");
+    let claimed = s
+        .job_claim(claim_params("q", 3, at(1)))
+        .await
+        .expect("claim");
+    assert_eq!(claimed.len(), 3);
+    let leases: Vec<_> = claimed.iter().map(|j| j.lease_token()).collect();
+    s.job_heartbeat(idem_store::JobHeartbeat {
+        leases: leases.clone(),
+        lease_ms: 60_000,
+        now: Some(at(2)),
+    })
+    .await
+    .expect("heartbeat");
+    s.job_complete(idem_store::JobComplete {
+        lease: leases[0],
+        result: None,
+        now: Some(at(3)),
+    })
+    .await
+    .expect("complete");
+    let mut tx = s.begin().await.expect("begin");
+    tx.job_lock(idem_store::JobLock {
+        lease: leases[1],
+        idle_timeout_ms: Some(60_000),
+    })
+    .await
+    .expect("fence check");
+    tx.job_complete_row(idem_store::JobComplete {
+        lease: leases[1],
+        result: None,
+        now: Some(at(3)),
+    })
+    .await
+    .expect("complete in the effect transaction");
+    tx.commit().await.expect("commit");
+    s.job_get(inserted[0].job.id).await.expect("get");
+    s.job_list(idem_store::JobList::default())
+        .await
+        .expect("list");
+    s.job_attempts(inserted[0].job.id).await.expect("attempts");
+    s.queue_counts().await.expect("counts");
+    s.queue_waiting().await.expect("waiting");
+    s.queue_paused().await.expect("paused");
+    s.intent_counts().await.expect("intent counts");
+    s.intent_list(idem_store::IntentList::default())
+        .await
+        .expect("intents");
+    s.batch_list(idem_store::BatchList::default())
+        .await
+        .expect("batches");
+    s.ledger_verify().await.expect("ledger");
+    s.schema_status().await.expect("status");
+    s.purge_count(idem_store::PurgeTarget::EffectKeys, at(10))
+        .await
+        .expect("purge count");
+    s.purge(idem_store::Purge {
+        target: idem_store::PurgeTarget::EffectKeys,
+        before: at(10),
+        limit: 10,
+    })
+    .await
+    .expect("purge");
+    s.purge(idem_store::Purge {
+        target: idem_store::PurgeTarget::Batches,
+        before: at(10),
+        limit: 10,
+    })
+    .await
+    .expect("purge batches");
+    s.announce(&["q".to_owned()]).await.expect("announce");
+    assert!(s.subscribe().await.expect("subscribe").is_none());
+    s.query("SELECT 1", &[]).await.expect("query");
+    let reopened = PgStore::open_existing(url, options(&schema))
+        .await
+        .expect("open_existing");
+    reopened.now().await.expect("now");
+    store.close().await;
+    reopened.close().await;
+    drop_schema(base, &schema).await;
+}
+
+/// The SQL of `in_recovery.sql`, the primary-only check's statement.
+const IN_RECOVERY: &str = "SELECT pg_is_in_recovery()";
+
 /// pooler.rs: "every statement runs inside a transaction, one-statement operations too".
-/// Runs a store's everyday operations through PgBouncer in transaction mode and fails if
-/// any statement was parsed while its session was idle, naming each.
+/// Runs [`everyday_operations`] through PgBouncer in transaction mode and fails if any
+/// statement was parsed while its session was idle, naming each.
 ///
 /// Finding: the primary-only check (`primary::refuse_standby`, every pool's
 /// `after_connect`) runs `session/in_recovery.sql` on each new connection outside a
 /// transaction, so its Parse/Describe and its Bind/Execute may reach two server sessions
-/// (see the next test for what that does).
+/// (see [`the_primary_check_runs_on_one_server_session`] for what that does).
 #[tokio::test]
 #[ignore = "finding: the primary-only check (after_connect) runs a statement outside a \
             transaction behind a transaction pooler"]
@@ -374,46 +478,38 @@ async fn every_statement_behind_a_transaction_pooler_is_parsed_inside_a_transact
         return;
     };
     let proxy = Proxy::start(bouncer.port).await;
-    let schema = schema_name();
     let url = url_at(&base, proxy.port, "pooler=transaction&sslmode=disable");
-    let store = PgStore::connect(&url, options(&schema))
-        .await
-        .expect("connect");
-    store.migrate().await.expect("migrate");
-    let s: &dyn Store = &store;
-    let inserted = s
-        .job_insert(JobInsert {
-            jobs: vec![job_in("q", "k")],
-            now: Some(at(0)),
-            ..JobInsert::default()
-        })
-        .await
-        .expect("insert");
-    let claimed = s
-        .job_claim(claim_params("q", 1, at(1)))
-        .await
-        .expect("claim");
-    assert_eq!(claimed.len(), 1);
-    s.job_get(inserted[0].job.id).await.expect("get");
-    s.queue_counts().await.expect("counts");
-    s.schema_status().await.expect("status");
-    s.announce(&["q".to_owned()]).await.expect("announce");
-    assert!(s.subscribe().await.expect("subscribe").is_none());
-    s.query("SELECT 1", &[]).await.expect("query");
-    let tx = s.begin().await.expect("begin");
-    tx.commit().await.expect("commit");
-    let reopened = PgStore::open_existing(&url, options(&schema))
-        .await
-        .expect("open_existing");
-    reopened.now().await.expect("now");
-    store.close().await;
-    reopened.close().await;
-    drop_schema(&base, &schema).await;
+    everyday_operations(&base, &url).await;
     let idle = proxy.watch.parsed_idle.lock().unwrap().clone();
     assert!(
         idle.is_empty(),
         "statements parsed outside a transaction behind the pooler: {idle:#?}"
     );
+}
+
+/// [`every_statement_behind_a_transaction_pooler_is_parsed_inside_a_transaction`] short
+/// of its finding: apart from the primary-only check, every statement of the everyday
+/// operations (the store's one-statement operations, its transactions, the announcer,
+/// the listings the dashboard reads, migrations, the probe of `open_existing`) is parsed
+/// inside a transaction, so its two round trips reach one server session.
+#[tokio::test]
+async fn apart_from_the_primary_check_every_statement_is_parsed_inside_a_transaction() {
+    let Some((base, bouncer)) = bouncer() else {
+        return;
+    };
+    let proxy = Proxy::start(bouncer.port).await;
+    let url = url_at(&base, proxy.port, "pooler=transaction&sslmode=disable");
+    everyday_operations(&base, &url).await;
+    let idle = proxy.watch.parsed_idle.lock().unwrap().clone();
+    let others: Vec<_> = idle
+        .iter()
+        .filter(|sql| sql.trim() != IN_RECOVERY)
+        .collect();
+    assert!(
+        others.is_empty(),
+        "statements parsed outside a transaction behind the pooler: {others:#?}"
+    );
+    assert!(!idle.is_empty(), "the proxy saw the primary check");
 }
 
 /// The primary-only check's two round trips split over two server sessions, replayed
