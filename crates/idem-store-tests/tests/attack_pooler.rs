@@ -36,6 +36,7 @@ impl Drop for Bouncer {
         if let Ok(pid) = std::fs::read_to_string(format!("{}/pgbouncer.pid", self.dir)) {
             let _ = std::process::Command::new("kill").arg(pid.trim()).status();
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -1026,4 +1027,66 @@ async fn the_pooler_set_in_the_options_keeps_the_urls_schema() {
         format!("{:?}", [[idem_store::SqlValue::Text(schema.clone())]]),
         "the store's statements run in another schema than the URL's ({schema})"
     );
+}
+
+/// Two installations behind one PgBouncer, each listening over `listen_url` (direct to
+/// the server): a wake-up announced through the pooler by one installation reaches its
+/// own listener (NOTIFY at commit, on the channel of the schema its transaction set),
+/// never the other's.
+#[tokio::test]
+async fn wakeups_through_the_pooler_stay_in_their_installation() {
+    let Some((base, bouncer)) = bouncer() else {
+        return;
+    };
+    let (a, b) = (schema_name(), schema_name());
+    let direct_url: String = base
+        .bytes()
+        .map(|c| match c {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (c as char).to_string()
+            }
+            c => format!("%{c:02X}"),
+        })
+        .collect();
+    let url = url_at(
+        &base,
+        bouncer.port,
+        &format!("pooler=transaction&listen_url={direct_url}"),
+    );
+    let store_a = PgStore::connect(&url, options(&a))
+        .await
+        .expect("connect a");
+    let store_b = PgStore::connect(&url, options(&b))
+        .await
+        .expect("connect b");
+    let mut wake_a = store_a
+        .subscribe()
+        .await
+        .expect("subscribe a")
+        .expect("a listener over listen_url");
+    let mut wake_b = store_b
+        .subscribe()
+        .await
+        .expect("subscribe b")
+        .expect("a listener over listen_url");
+    store_b.announce(&["qb".into()]).await.expect("announce b");
+    let got_b = tokio::time::timeout(Duration::from_secs(5), wake_b.next())
+        .await
+        .expect("b's wake-up")
+        .expect("b's listener");
+    assert_eq!(got_b, ["qb"]);
+    store_a.announce(&["qa".into()]).await.expect("announce a");
+    let got_a = tokio::time::timeout(Duration::from_secs(5), wake_a.next())
+        .await
+        .expect("a's wake-up")
+        .expect("a's listener");
+    assert_eq!(got_a, ["qa"], "a heard only its own announcement");
+    let stray = tokio::time::timeout(Duration::from_millis(200), wake_b.next()).await;
+    assert!(stray.is_err(), "b heard a's announcement: {stray:?}");
+    // A pool's close waits for its connections, the listeners' too.
+    drop((wake_a, wake_b));
+    store_a.close().await;
+    store_b.close().await;
+    drop_schema(&base, &a).await;
+    drop_schema(&base, &b).await;
 }
