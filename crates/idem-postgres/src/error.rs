@@ -51,6 +51,13 @@ fn interpret_sqlstate(db: &dyn DatabaseError) -> StoreError {
         // serialization_failure, deadlock_detected, lock_not_available,
         // too_many_connections
         (_, "40001" | "40P01" | "55P03" | "53300") => StoreError::Busy(msg),
+        // a transaction's BEGIN behind a pooler that reached a server in recovery
+        (_, "22P02") if msg.contains(crate::pooler::IN_RECOVERY_MARK) => {
+            StoreError::Unavailable(format!(
+                "{}: the pooler leads to a standby; point it at the primary",
+                crate::pooler::IN_RECOVERY_MARK
+            ))
+        }
         // check_violation, not_null_violation, and data exceptions (bad input syntax,
         // out-of-range values, invalid JSON, …)
         (_, "23514" | "23502") | ("22", _) => StoreError::Invalid(msg),

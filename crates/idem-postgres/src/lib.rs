@@ -118,11 +118,8 @@ impl PgStore {
         #[cfg(any(feature = "chaos-break-fence", feature = "chaos-break-effect-key"))]
         chaos::check();
         options.validate()?;
-        let parsed = pooler::split_url(url)?;
-        let pooler = match options.pooler {
-            Pooler::None => parsed.pooler,
-            set => set,
-        };
+        let parsed = pooler::split_url(url, options.pooler)?;
+        let pooler = parsed.pooler;
         let connect = connect::connect_options(&parsed.url)?;
         let connect = match pooler {
             Pooler::None => connect,

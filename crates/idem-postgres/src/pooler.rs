@@ -66,8 +66,11 @@ pub(crate) struct UrlSettings {
     pub settings: Vec<(String, String)>,
 }
 
-/// Splits idem's parameters off `url`; the error names a bad value.
-pub(crate) fn split_url(url: &str) -> StoreResult<UrlSettings> {
+/// Splits idem's parameters off `url`; the error names a bad value. `set` is the pooler
+/// the store's options name (`PgOptions::pooler`): when the URL names none, that one
+/// decides, so a pooler set in the options alone also turns the URL's `options` into
+/// per-transaction settings instead of startup parameters a pooler would refuse or drop.
+pub(crate) fn split_url(url: &str, set: Pooler) -> StoreResult<UrlSettings> {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let pairs: Vec<(&str, String, String)> = query
         .split('&')
@@ -84,6 +87,9 @@ pub(crate) fn split_url(url: &str) -> StoreResult<UrlSettings> {
             LISTEN_URL_PARAM => out.listen_url = Some(v.clone()),
             _ => {}
         }
+    }
+    if out.pooler == Pooler::None {
+        out.pooler = set;
     }
     let pooled = out.pooler == Pooler::Transaction;
     let mut kept = Vec::new();
@@ -210,7 +216,7 @@ pub(crate) fn begin_statement(
         "idle_in_transaction_session_timeout".to_owned(),
         crate::connect::millis_text(idle),
     );
-    let calls: Vec<String> = behind
+    let mut calls: Vec<String> = behind
         .iter()
         .flat_map(|(k, v)| {
             let also = this_transaction(k).map(|t| (t.to_owned(), v.clone()));
@@ -219,8 +225,23 @@ pub(crate) fn begin_statement(
         .chain(std::iter::once(idle))
         .map(|(k, v)| format!("set_config({}, {}, true)", literal(&k), literal(&v)))
         .collect();
+    if pooler == Pooler::Transaction {
+        // Behind a pooler each transaction may reach another server session, and the
+        // pooler may be pointed at a standby without idem's connections to it ending:
+        // the check of each new connection (primary.rs) is not enough, so each
+        // transaction fails at once on a server in recovery.
+        calls.push(format!(
+            "(CASE WHEN pg_is_in_recovery() THEN {} END)::int",
+            literal(IN_RECOVERY_MARK)
+        ));
+    }
     format!("{}; SELECT {}", crate::BEGIN, calls.join(", "))
 }
+
+/// What a transaction's `BEGIN` behind a pooler fails with on a server in recovery, as an
+/// integer that does not parse (SQLSTATE 22P02); `error.rs` reports it as unavailable.
+pub(crate) const IN_RECOVERY_MARK: &str =
+    "idem: this server is in recovery (a standby); idem reads and writes on the primary only";
 
 /// The future of an operation on a connection.
 pub(crate) type OpFuture<'c, T> = Pin<Box<dyn Future<Output = StoreResult<T>> + Send + 'c>>;
@@ -295,7 +316,11 @@ mod tests {
 
     #[test]
     fn without_a_pooler_the_url_keeps_its_options() {
-        let u = split_url("postgres://h/db?options=-c%20search_path%3Dx&sslmode=disable").unwrap();
+        let u = split_url(
+            "postgres://h/db?options=-c%20search_path%3Dx&sslmode=disable",
+            Pooler::None,
+        )
+        .unwrap();
         assert_eq!(u.pooler, Pooler::None);
         assert_eq!(
             u.url,
@@ -308,7 +333,7 @@ mod tests {
     fn behind_a_pooler_options_become_settings_and_leave_the_url() {
         let url = "postgres://h/db?options=-c%20search_path%3Dx%20-cwork_mem%3D4MB&pooler=transaction\
                    &options[lock-timeout]=5s&listen_url=postgres%3A%2F%2Fh%3A5432%2Fdb%3Fa%3Db";
-        let u = split_url(url).unwrap();
+        let u = split_url(url, Pooler::None).unwrap();
         assert_eq!(u.pooler, Pooler::Transaction);
         assert_eq!(u.url, "postgres://h/db");
         assert_eq!(u.listen_url.as_deref(), Some("postgres://h:5432/db?a=b"));
@@ -324,26 +349,45 @@ mod tests {
 
     #[test]
     fn escaped_spaces_and_quotes_stay_in_the_value() {
-        let u =
-            split_url("postgres://h/db?pooler=transaction&options=--application_name%3Da\\%20b'c")
-                .unwrap();
+        let u = split_url(
+            "postgres://h/db?pooler=transaction&options=--application_name%3Da\\%20b'c",
+            Pooler::None,
+        )
+        .unwrap();
         assert_eq!(u.settings, [s("application_name", "a b'c")]);
         let begin = begin_statement(u.pooler, &u.settings, Duration::from_secs(10));
         assert_eq!(
             begin,
             format!(
                 "{}; SELECT set_config('application_name', 'a b''c', true), \
-                 set_config('idle_in_transaction_session_timeout', '10000', true)",
+                 set_config('idle_in_transaction_session_timeout', '10000', true), \
+                 (CASE WHEN pg_is_in_recovery() THEN '{IN_RECOVERY_MARK}' END)::int",
                 crate::BEGIN
             )
         );
     }
 
     #[test]
+    fn a_pooler_set_in_the_options_alone_also_moves_the_url_options_into_settings() {
+        let u = split_url(
+            "postgres://h/db?options=-c%20search_path%3Dx",
+            Pooler::Transaction,
+        )
+        .unwrap();
+        assert_eq!(u.pooler, Pooler::Transaction);
+        assert_eq!(u.settings, [s("search_path", "x")]);
+        assert_eq!(u.url, "postgres://h/db");
+    }
+
+    #[test]
     fn a_bad_pooler_or_option_is_refused_by_name() {
-        let e = split_url("postgres://h/db?pooler=statement").unwrap_err();
+        let e = split_url("postgres://h/db?pooler=statement", Pooler::None).unwrap_err();
         assert!(e.to_string().contains("pooler=\"statement\""), "{e}");
-        let e = split_url("postgres://h/db?pooler=transaction&options=-f%20x").unwrap_err();
+        let e = split_url(
+            "postgres://h/db?pooler=transaction&options=-f%20x",
+            Pooler::None,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("-c name=value"), "{e}");
     }
 

@@ -12,7 +12,9 @@
 //! What must stay true: no connection that answered `pg_is_in_recovery() = true` is ever
 //! handed out by a pool. A server cannot leave the primary role without restarting (a
 //! demoted primary is rewound and restarted as a standby), which ends its connections, so
-//! checking each connection once, at connect, is enough. The pool keeps trying to
+//! checking each connection once, at connect, is enough, except behind a pooler, whose
+//! connections outlive the server's: there each transaction's `BEGIN` checks too
+//! (`pooler::begin_statement`). The pool keeps trying to
 //! connect, with its own exponential backoff (10 ms doubling, at most a fifth of
 //! [`crate::CONNECT_TIMEOUT`]), so a worker whose address moves to a standby that is
 //! then promoted reconnects within one backoff step of the promotion.
@@ -40,10 +42,14 @@ pub(crate) fn refuse_standby(
     _: PoolConnectionMetadata,
 ) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + '_>> {
     Box::pin(async move {
-        let in_recovery: bool =
-            sqlx::query_scalar(include_str!("../queries/session/in_recovery.sql"))
-                .fetch_one(conn)
-                .await?;
+        // The simple protocol: parsed and run in one round trip. The extended protocol's
+        // two (parse, then bind and run) outside a transaction may reach two server
+        // sessions behind a transaction pooler, and the second could run another
+        // client's unnamed statement.
+        let row = sqlx::raw_sql(include_str!("../queries/session/in_recovery.sql"))
+            .fetch_one(conn)
+            .await?;
+        let in_recovery: bool = sqlx::Row::try_get(&row, 0)?;
         if !in_recovery {
             return Ok(());
         }
