@@ -274,7 +274,7 @@ impl Pool {
 
     /// Opens a READ COMMITTED transaction (with its settings, behind a pooler).
     pub(crate) async fn begin(&self) -> StoreResult<Transaction<'static, Postgres>> {
-        let begin = sqlx::AssertSqlSafe(self.begin.to_string());
+        let begin = sqlx::AssertSqlSafe(Arc::clone(&self.begin));
         self.pool.begin_with(begin).await.map_err(interpret_error)
     }
 
