@@ -71,16 +71,7 @@ async fn unreachable_server_is_unavailable() {
 /// The server of the smoke test, by the same rule as the conformance harness: skip with a
 /// notice when `IDEM_TEST_PG_URL` is unset, fail when it is unset under `CI`.
 fn test_url() -> Option<String> {
-    use idem_store::testing::{PgUrlChoice, pg_url_from_env};
-    match pg_url_from_env() {
-        PgUrlChoice::Use(url) => Some(url),
-        PgUrlChoice::Skip(notice) => {
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "{notice}");
-            None
-        }
-        PgUrlChoice::Fail(why) => panic!("{why}"),
-    }
+    idem_store::testing::pg_url_or_skip()
 }
 
 fn fresh_schema() -> String {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_postgres::{PgOptions, PgStore};
-use idem_store::testing::{PgUrlChoice, pg_url_from_env};
 use idem_store::{
     BatchCreate, BatchInsert, BatchState, IntentBegin, IntentBegun, IntentFinish, IntentOutcome,
     IntentState, JobClaim, JobComplete, JobInsert, JobRescue, JobState, LeaderElect, LeaseToken,
@@ -21,14 +20,7 @@ use idem_store_tests::harness::within;
 
 /// A store in a fresh schema whose transactions may sit idle for `idle_ms`.
 async fn idle_store(idle_ms: u64) -> Option<(Arc<PgStore>, String)> {
-    let base = match pg_url_from_env() {
-        PgUrlChoice::Use(base) => base,
-        PgUrlChoice::Skip(notice) => {
-            eprintln!("{notice}");
-            return None;
-        }
-        PgUrlChoice::Fail(why) => panic!("{why}"),
-    };
+    let base = idem_store::testing::pg_url_or_skip()?;
     let schema = format!("idem_test_{:016x}", rand::random::<u64>());
     let options = PgOptions {
         schema: Some(schema.clone()),

@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem_postgres::{PgOptions, PgStore};
-use idem_store::testing::{PgUrlChoice, pg_url_from_env};
 use idem_store::{JobInsert, Store};
 use idem_store_tests::fixture::{at, claim_params, job_in};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -43,14 +42,7 @@ impl Drop for Bouncer {
 /// The test server's URL and a PgBouncer in front of it; `None` (after a notice) when
 /// either is missing outside CI.
 fn bouncer() -> Option<(String, Bouncer)> {
-    let base = match pg_url_from_env() {
-        PgUrlChoice::Use(base) => base,
-        PgUrlChoice::Skip(notice) => {
-            eprintln!("{notice}");
-            return None;
-        }
-        PgUrlChoice::Fail(why) => panic!("{why}"),
-    };
+    let base = idem_store::testing::pg_url_or_skip()?;
     let ci = std::env::var_os("CI").is_some();
     let have = std::process::Command::new("sh")
         .args(["-c", "command -v pgbouncer"])

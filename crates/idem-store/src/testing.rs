@@ -49,6 +49,19 @@ pub fn pg_url_from_env() -> PgUrlChoice {
     url_from_env(PG_URL_ENV)
 }
 
+/// The URL of [`pg_url_from_env`] to use; `None` after printing the notice when the
+/// tests are to be skipped; a panic where they must run (under CI) without one.
+pub fn pg_url_or_skip() -> Option<String> {
+    match pg_url_from_env() {
+        PgUrlChoice::Use(url) => Some(url),
+        PgUrlChoice::Skip(notice) => {
+            eprintln!("{notice}");
+            None
+        }
+        PgUrlChoice::Fail(why) => panic!("{why}"),
+    }
+}
+
 /// [`url_choice`] for the variable `var`, from the environment.
 pub fn url_from_env(var: &str) -> PgUrlChoice {
     url_choice(var, std::env::var(var).ok(), std::env::var("CI").ok())

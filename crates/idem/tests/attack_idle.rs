@@ -28,7 +28,6 @@ use idem::{
     EffectClass, Handler, Idem, IdemError, Job, JobContext, JobError, JobState, PgOptions, SqlValue,
 };
 use idem_postgres::PgStore;
-use idem_store::testing::{PgUrlChoice, pg_url_from_env};
 use idem_store::{Store, StoreError};
 use idem_store_tests::harness::{run_case, within};
 use idem_store_tests::{Backend, TestDb};
@@ -37,14 +36,7 @@ use idem_store_tests::{Backend, TestDb};
 /// `idle_ms`, with `conns` pooled connections; `None` (with a notice) when no server is
 /// configured.
 async fn idle_idem(idle_ms: u64, conns: u32) -> Option<(Idem, String)> {
-    let base = match pg_url_from_env() {
-        PgUrlChoice::Use(base) => base,
-        PgUrlChoice::Skip(notice) => {
-            eprintln!("{notice}");
-            return None;
-        }
-        PgUrlChoice::Fail(why) => panic!("{why}"),
-    };
+    let base = idem_store::testing::pg_url_or_skip()?;
     let schema = format!("idem_test_{:016x}", rand_u64());
     let options = PgOptions {
         schema: Some(schema.clone()),

@@ -430,15 +430,7 @@ impl PgSchema {
     /// `None` (with a notice) when `IDEM_TEST_PG_URL` is unset outside CI; a panic under
     /// CI without it, as every PostgreSQL test of the workspace.
     pub fn migrated(tmp: &Path) -> Option<PgSchema> {
-        use idem_store::testing::{PgUrlChoice, pg_url_from_env};
-        let base = match pg_url_from_env() {
-            PgUrlChoice::Use(base) => base,
-            PgUrlChoice::Skip(notice) => {
-                eprintln!("{notice}");
-                return None;
-            }
-            PgUrlChoice::Fail(why) => panic!("{why}"),
-        };
+        let base = idem_store::testing::pg_url_or_skip()?;
         let schema = format!("idem_cli_test_{:016x}", rand::random::<u64>());
         block_on(async {
             let options = idem_postgres::PgOptions {
