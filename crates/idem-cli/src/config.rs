@@ -23,9 +23,10 @@
 //! job_timeout = "60s"
 //! rescue_interval = "5s"
 //! poll_interval = "500ms"     # claims without a wake-up; enqueues from other processes wake workers
-//! pool_size = 40              # PostgreSQL connections of `idem worker` and `idem serve`;
-//!                             # --pool-size overrides it; SQLite ignores it. Default: the jobs
-//!                             # at once + 8, at least 20 (serve: + up to 64), at most 100
+//! pool_size = 40              # PostgreSQL connections of `idem worker` and `idem serve`, all
+//!                             # pools; --pool-size overrides it; SQLite ignores it. Default:
+//!                             # the jobs at once + 8 and the claim and engine pools' share, at
+//!                             # least 25 (serve: + up to 64), at most 60
 //! [retention]
 //! enqueue_keys = "3d"
 //! effect_keys = "3d"
@@ -387,9 +388,10 @@ fn max_snoozes(value: Option<i32>, default: i32) -> anyhow::Result<i32> {
 pub(crate) fn pool_size(key: &str, n: u32) -> anyhow::Result<NonZeroU32> {
     NonZeroU32::new(n).ok_or_else(|| {
         anyhow::anyhow!(
-            "{key} is 0: a pool needs at least 1 connection (a worker {}: {} of its own and \
-             one for jobs); leave it out for a pool sized to the worker's jobs",
-            idem::WORKER_CONNECTIONS + 1,
+            "{key} is 0: a pool needs at least 1 connection (a worker at least {}: {} for its \
+             own duties, one for jobs, the rest for claims and the engine); leave it out for a \
+             pool sized to the worker's jobs",
+            idem_postgres::Budget::total_for(idem::WORKER_CONNECTIONS + 1),
             idem::WORKER_CONNECTIONS
         )
     })
@@ -919,7 +921,9 @@ dead_jobs = "7d"
         assert!(line(&r, "poll interval").ends_with(" 0.5s"), "{r}");
         let pool = line(&r, "pool size");
         assert!(
-            pool.contains("default: the jobs at once + 8, at least 20") && pool.contains("100"),
+            pool.contains("default: the jobs at once + 8 for transactions")
+                && pool.contains("at least 25")
+                && pool.contains("at most 60"),
             "{pool}"
         );
         let c = CliConfig::parse(GOOD).unwrap();

@@ -37,13 +37,13 @@ use crate::reconcile;
 
 /// Jobs each queue runs at once when `--concurrency` is not given (the library's default).
 const DEFAULT_CONCURRENCY: usize = 10;
-/// The largest PostgreSQL pool a worker opens by default (`[worker] pool_size` and
-/// `--pool-size` set any size): PostgreSQL's default `max_connections`. A pool sized to
-/// the jobs alone (`--concurrency 1000`: 1,008 connections) has the server refuse
-/// connections under load ("too many clients") where jobs should wait for one, and
-/// several workers and the web app usually share the server, so even this many is an
-/// upper bound, not a target.
-pub(crate) const MAX_DEFAULT_POOL: u32 = 100;
+/// The most connections a worker process opens to PostgreSQL by default (`[worker]
+/// pool_size` and `--pool-size` set any number). A pool sized to the jobs alone
+/// (`--concurrency 1000`: over 1,000 connections) has the server refuse connections under
+/// load ("too many clients") where jobs should wait for one. 60 leaves room in
+/// PostgreSQL's default `max_connections` (100) for a default `idem worker` (25) beside
+/// `idem serve`, and for `psql`.
+pub(crate) const MAX_DEFAULT_POOL: u32 = 60;
 /// How the command line sizes the pool, as a worker's pool check names it.
 const POOL_SETTING: &str = "--pool-size or [worker] pool_size";
 
@@ -64,9 +64,9 @@ pub struct WorkerArgs {
     /// unkeyed calls), as `idem reconcile` does with its defaults; 0 disables
     #[arg(long, default_value = "1m", value_parser = reconcile::duration, value_name = "DUR")]
     pub(crate) reconcile_every: Duration,
-    /// Connections of the PostgreSQL pool, over the config file's `[worker] pool_size`
-    /// [default: the jobs at once + 8, at least 20 (idem serve: + up to 64 for requests),
-    /// at most 100]; SQLite ignores it
+    /// Connections to PostgreSQL, over the config file's `[worker] pool_size` [default: the
+    /// jobs at once + 8 for transactions, with the claim and engine pools' share on top,
+    /// at least 25 (idem serve: + up to 64 for requests), at most 60]; SQLite ignores it
     #[arg(long, value_parser = pool_size_flag, value_name = "N")]
     pub(crate) pool_size: Option<NonZeroU32>,
 }
@@ -93,11 +93,12 @@ pub fn register_builtins(worker: &mut Worker) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The PostgreSQL pool of a process running `config`'s worker, with `extra` connections
-/// for what else it serves (`idem serve`'s requests): `pool_size` when set; else one
-/// connection for every job at once, the worker's own duties and one reconciliation pass
-/// (never below the library's default), plus `extra`, at most [`MAX_DEFAULT_POOL`]. When
-/// the cap leaves fewer than the worker wants, its pool check warns with the way out.
+/// The PostgreSQL connections of a process running `config`'s worker, with `extra` for
+/// what else it serves (`idem serve`'s requests): `pool_size` when set; else enough that
+/// the store's pool for transactions ([`idem_postgres::Budget`]) has one connection for
+/// every job at once, the worker's own duties and one reconciliation pass (never below
+/// the library's default), plus `extra`, at most [`MAX_DEFAULT_POOL`]. When the cap
+/// leaves fewer than the worker wants, its pool check warns with the way out.
 pub(crate) fn pool_size(config: &CliConfig, extra: u32) -> u32 {
     if let Some(n) = config.pool_size {
         return n.get();
@@ -105,9 +106,9 @@ pub(crate) fn pool_size(config: &CliConfig, extra: u32) -> u32 {
     let jobs: usize = config.worker.queues.values().sum();
     let worker = u32::try_from(jobs)
         .unwrap_or(u32::MAX)
-        .saturating_add(idem::WORKER_CONNECTIONS + 1)
-        .max(idem_postgres::DEFAULT_MAX_CONNECTIONS);
-    worker.saturating_add(extra).min(MAX_DEFAULT_POOL)
+        .saturating_add(idem::WORKER_CONNECTIONS + 1);
+    idem_postgres::Budget::total_for(worker.saturating_add(extra))
+        .clamp(idem_postgres::DEFAULT_MAX_CONNECTIONS, MAX_DEFAULT_POOL)
 }
 
 /// How long a transaction of a worker process may sit idle (PostgreSQL): its lease, at
@@ -121,8 +122,8 @@ pub(crate) fn idle_timeout(lease: std::time::Duration) -> std::time::Duration {
 /// The rule of [`pool_size`] without a setting, for people.
 pub(crate) fn default_pool() -> String {
     format!(
-        "the jobs at once + {}, at least {} (idem serve: + up to {} for requests), at most \
-         {} (PostgreSQL)",
+        "the jobs at once + {} for transactions, with the claim and engine pools' share on \
+         top, at least {} (idem serve: + up to {} for requests), at most {} (PostgreSQL)",
         idem::WORKER_CONNECTIONS + 1,
         idem_postgres::DEFAULT_MAX_CONNECTIONS,
         crate::serve::REQUEST_CONNECTIONS,
@@ -332,14 +333,22 @@ mod tests {
 
     #[test]
     fn the_default_pool_serves_every_job_and_the_workers_duties() {
+        use idem_postgres::Budget;
         let floor = idem_postgres::DEFAULT_MAX_CONNECTIONS;
         assert_eq!(pool_size(&config(4, None), 0), floor);
-        let pool = pool_size(&config(50, None), 0);
-        assert_eq!(pool, 50 + WORKER_CONNECTIONS + 1);
-        let worker = config(50, None).worker;
-        worker.check_connections(Some(pool), POOL_SETTING).unwrap();
+        let pool = pool_size(&config(30, None), 0);
+        let transactions = Budget::of(pool).transactions;
+        assert_eq!(pool, Budget::total_for(30 + WORKER_CONNECTIONS + 1));
+        assert!(transactions > 30 + WORKER_CONNECTIONS, "{pool}");
+        let worker = config(30, None).worker;
+        worker
+            .check_connections(Some(transactions), Budget::total_for, POOL_SETTING)
+            .unwrap();
         // idem serve: its requests' share on top.
-        assert_eq!(pool_size(&config(4, None), 64), floor + 64);
+        assert_eq!(
+            pool_size(&config(4, None), 10),
+            Budget::total_for(4 + WORKER_CONNECTIONS + 1 + 10)
+        );
     }
 
     #[test]
@@ -365,10 +374,11 @@ mod tests {
         assert_eq!(pool_size(&config(1000, Some(300)), 0), 300);
         assert_eq!(pool_size(&config(50, Some(9)), 64), 9);
         let worker = config(50, None).worker;
-        let err = worker.check_connections(Some(5), POOL_SETTING).unwrap_err();
-        let err = err.to_string();
+        let total_for = idem_postgres::Budget::total_for;
+        let err = worker.check_connections(Some(5), total_for, POOL_SETTING);
+        let err = err.unwrap_err().to_string();
         assert!(
-            err.contains("raise --pool-size or [worker] pool_size to 57 or more"),
+            err.contains("raise --pool-size or [worker] pool_size to 69 or more"),
             "{err}"
         );
     }

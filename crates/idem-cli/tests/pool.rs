@@ -1,7 +1,8 @@
 //! The PostgreSQL pool of `idem worker`: 0 is refused naming the flag or the config key;
 //! on PostgreSQL a `--pool-size` too small for the worker's own duties is refused naming
-//! the flag and the key, and the default pool is capped at 100, so a worker that wants
-//! more starts and warns with the way out. SQLite has no pool and ignores the setting.
+//! the flag and the key, and the default is capped at 60 connections, so a worker that
+//! wants more starts and warns with the way out. The numbers are the pool for
+//! transactions, the setting's share after the claim and engine pools. SQLite has no pool and ignores the setting.
 
 mod common;
 
@@ -42,19 +43,20 @@ fn postgres_a_small_pool_is_refused_and_a_capped_one_warned_naming_the_setting()
     let Some(pg) = PgSchema::migrated(tmp.path()) else {
         return;
     };
-    // The default queue at the default concurrency: 10 jobs + 7 of the worker's own.
+    // The default queue at the default concurrency: 10 jobs + 7 of the worker's own, for
+    // transactions; 5 connections leave 3 for them, 23 leave 17.
     idem_on(tmp.path(), &pg.url, &["worker", "--pool-size", "5"])
         .expect(BAD_CONFIG)
         .warns(&[
-            "the PostgreSQL pool has 5 connections",
-            "raise --pool-size or [worker] pool_size to 17 or more",
+            "the PostgreSQL pool has 3 connections for transactions",
+            "raise --pool-size or [worker] pool_size to 23 or more",
         ]);
     let mut worker = Worker::start(tmp.path(), &pg.url, &["--concurrency", "200"]);
     worker.stop();
     let out = worker.0.output();
     assert!(
-        out.contains("the PostgreSQL pool has 100 connections")
-            && out.contains("Raise --pool-size or [worker] pool_size to 207"),
+        out.contains("the PostgreSQL pool has 48 connections for transactions")
+            && out.contains("Raise --pool-size or [worker] pool_size to 219"),
         "{out}"
     );
 }

@@ -15,10 +15,11 @@ use sqlx::{ConnectOptions, Connection};
 use crate::error::interpret_error;
 use crate::pooler::Pooler;
 
-/// Default size of the connection pool: a worker with the default concurrency (10) plus
-/// the connections of its own duties (6: two completion flushes, rescuer, purger,
-/// listener, announcer), with room to spare.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 20;
+/// Default [`PgOptions::max_connections`]: what a worker with the default concurrency (10)
+/// needs, its jobs and its own duties (7: two completion flushes, rescuer, purger,
+/// elector, listener, announcer), once the claim and engine pools have their share
+/// ([`Budget`]): 2 + 5 + 18.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 25;
 /// How long connecting, or waiting for a pooled connection, may take before the store
 /// reports the database unavailable.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -29,6 +30,56 @@ pub const CLAIM_CONNECTIONS: u32 = 4;
 /// [`GENERIC_PLANS`]: a worker's two completion flushes and heartbeat, and enqueues from
 /// its process.
 pub const ENGINE_CONNECTIONS: u32 = 8;
+
+/// How a store's [`PgOptions::max_connections`] is shared among its three pools, so that
+/// the setting bounds every connection the store opens to the server (a direct LISTEN
+/// connection behind a pooler aside): a tenth for claims (1 to [`CLAIM_CONNECTIONS`]), a
+/// fifth for the engine (1 to [`ENGINE_CONNECTIONS`]), the rest for transactions. Below
+/// 3 connections the three are one pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Connections of the claim pool.
+    pub claims: u32,
+    /// Connections of the engine's pool.
+    pub engine: u32,
+    /// Connections of the main pool: transactions, the caller's SQL, listings, LISTEN.
+    pub transactions: u32,
+    /// Whether claims and the engine use the main pool (fewer than 3 connections).
+    pub shared: bool,
+}
+
+impl Budget {
+    /// The share of `total` connections.
+    pub fn of(total: u32) -> Budget {
+        if total < 3 {
+            return Budget {
+                claims: total,
+                engine: total,
+                transactions: total,
+                shared: true,
+            };
+        }
+        let claims = (total / 10).clamp(1, CLAIM_CONNECTIONS);
+        let engine = (total / 5).clamp(1, ENGINE_CONNECTIONS);
+        Budget {
+            claims,
+            engine,
+            transactions: total - claims - engine,
+            shared: false,
+        }
+    }
+
+    /// The smallest [`PgOptions::max_connections`] whose share leaves `transactions`
+    /// connections for transactions.
+    pub fn total_for(transactions: u32) -> u32 {
+        // The other pools take at most CLAIM_CONNECTIONS + ENGINE_CONNECTIONS, so the
+        // answer lies within that many of `transactions`.
+        (transactions..=transactions.saturating_add(CLAIM_CONNECTIONS + ENGINE_CONNECTIONS))
+            .find(|&t| Budget::of(t).transactions >= transactions)
+            .unwrap_or(u32::MAX)
+    }
+}
+
 /// Session settings of the claim and engine pools that make each of their prepared
 /// statements use one generic plan. Under PostgreSQL's default (`auto`) the claim, the
 /// insert and complete-many (whose arrays' lengths a custom plan sees) were planned
@@ -83,7 +134,8 @@ pub struct PgOptions {
     /// or the one the URL sets with `options=-c search_path=…`. A plain lowercase
     /// identifier: `[a-z_][a-z0-9_]*`, at most 63 characters.
     pub schema: Option<String>,
-    /// Largest number of pooled connections.
+    /// Most connections the store opens to the server, shared among its pools
+    /// ([`Budget`]): the bound to count against the server's `max_connections`.
     pub max_connections: u32,
     /// How long an operator's action (cancel, dead-letter retry or discard) waits for a
     /// row another transaction holds, such as a worker's open effect transaction, before
@@ -303,5 +355,41 @@ fn redact_userinfo(rest: &str) -> String {
             None => rest.to_owned(),
         },
         None => rest.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_budget_shares_the_setting_and_never_exceeds_it() {
+        for total in 1..=500 {
+            let b = Budget::of(total);
+            let opened = match b.shared {
+                true => b.transactions,
+                false => b.claims + b.engine + b.transactions,
+            };
+            assert_eq!(opened, total, "{total}: {b:?}");
+            assert!(
+                b.claims >= 1 && b.engine >= 1 && b.transactions >= 1,
+                "{b:?}"
+            );
+            assert!(b.claims <= CLAIM_CONNECTIONS && b.engine <= ENGINE_CONNECTIONS);
+            let t = Budget::total_for(b.transactions);
+            assert!(t <= total && Budget::of(t).transactions >= b.transactions);
+            assert!(t == 1 || Budget::of(t - 1).transactions < b.transactions);
+        }
+        assert!(Budget::of(2).shared && !Budget::of(3).shared);
+        assert_eq!(
+            Budget::of(DEFAULT_MAX_CONNECTIONS),
+            Budget {
+                claims: 2,
+                engine: 5,
+                transactions: 18,
+                shared: false
+            }
+        );
+        assert_eq!(Budget::of(100).transactions, 88);
     }
 }

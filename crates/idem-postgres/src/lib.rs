@@ -53,9 +53,10 @@ use idem_store::{
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
 pub use connect::{
-    BEGIN, CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT, DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATOR_LOCK_TIMEOUT, ENGINE_CONNECTIONS, GENERIC_PLANS,
-    MAX_SCHEMA_LEN, PgOptions, SESSION, redact, url_with_search_path,
+    BEGIN, Budget, CLAIM_CONNECTIONS, CLAIM_PLANNER, CONNECT_TIMEOUT,
+    DEFAULT_IDLE_IN_TRANSACTION_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_OPERATOR_LOCK_TIMEOUT,
+    ENGINE_CONNECTIONS, GENERIC_PLANS, MAX_SCHEMA_LEN, PgOptions, SESSION, redact,
+    url_with_search_path,
 };
 pub use error::interpret_error;
 use pooler::Pool;
@@ -77,8 +78,8 @@ pub struct PgStore {
     listen: Option<PgPool>,
     /// [`PgOptions::operator_lock_timeout`].
     operator_lock_timeout: std::time::Duration,
-    /// [`PgOptions::max_connections`].
-    max_connections: u32,
+    /// The main pool's share of [`PgOptions::max_connections`] ([`Budget`]).
+    transactions: u32,
 }
 
 impl PgStore {
@@ -146,38 +147,35 @@ impl PgStore {
             ),
             _ => None,
         };
-        let sized = |size: u32| options.max_connections.min(size);
+        let budget = Budget::of(options.max_connections);
+        let pool = pool_of(
+            budget.transactions,
+            &connect,
+            pooler,
+            &settings,
+            &[],
+            false,
+            options.idle_in_transaction_timeout,
+        );
+        let own = |size: u32, extra: &[(&str, &str)]| match budget.shared {
+            true => pool.clone(),
+            false => pool_of(
+                size,
+                &connect,
+                pooler,
+                &settings,
+                extra,
+                true,
+                options.idle_in_transaction_timeout,
+            ),
+        };
         Ok(PgStore {
-            claims: pool_of(
-                sized(CLAIM_CONNECTIONS),
-                &connect,
-                pooler,
-                &settings,
-                &CLAIM_PLANNER,
-                true,
-                options.idle_in_transaction_timeout,
-            ),
-            engine: pool_of(
-                sized(ENGINE_CONNECTIONS),
-                &connect,
-                pooler,
-                &settings,
-                &[],
-                true,
-                options.idle_in_transaction_timeout,
-            ),
-            pool: pool_of(
-                options.max_connections,
-                &connect,
-                pooler,
-                &settings,
-                &[],
-                false,
-                options.idle_in_transaction_timeout,
-            ),
+            claims: own(budget.claims, &CLAIM_PLANNER),
+            engine: own(budget.engine, &[]),
+            pool,
             listen,
             operator_lock_timeout: options.operator_lock_timeout,
-            max_connections: options.max_connections,
+            transactions: budget.transactions,
         })
     }
 
@@ -379,7 +377,11 @@ impl Store for PgStore {
     }
 
     fn connections(&self) -> Option<u32> {
-        Some(self.max_connections)
+        Some(self.transactions)
+    }
+
+    fn connections_for(&self, transactions: u32) -> u32 {
+        Budget::total_for(transactions)
     }
 
     async fn announce(&self, queues: &[String]) -> StoreResult<()> {

@@ -837,3 +837,50 @@ async fn idle_store(ms: u64) -> Option<(PgStore, String)> {
     store.migrate().await.unwrap();
     Some((store, schema))
 }
+
+/// `max_connections` bounds every connection the store opens: with each pool holding all
+/// it may, the server counts exactly the setting under the store's application name.
+#[tokio::test]
+async fn the_setting_bounds_the_connections_of_all_three_pools() {
+    let Some(url) = test_url() else { return };
+    let schema = fresh_schema();
+    let name = format!("budget_{schema}");
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let total = 11;
+    let options = PgOptions {
+        schema: Some(schema.clone()),
+        max_connections: total,
+        ..PgOptions::default()
+    };
+    let named = format!("{url}{sep}application_name={name}");
+    let store = PgStore::connect(&named, options).await.unwrap();
+    let budget = Budget::of(total);
+    let mut held = Vec::new();
+    for (pool, size) in [
+        (&store.pool, budget.transactions),
+        (&store.claims, budget.claims),
+        (&store.engine, budget.engine),
+    ] {
+        for _ in 0..size {
+            held.push(pool.pool.acquire().await.unwrap());
+        }
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(50), pool.pool.acquire())
+                .await
+                .is_err(),
+            "a pool opened more than its share of {size}"
+        );
+    }
+    let probe = PgStore::connect(&url, PgOptions::default()).await.unwrap();
+    let opened: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(&name)
+            .fetch_one(&probe.pool.pool)
+            .await
+            .unwrap();
+    assert_eq!(opened, i64::from(total), "{budget:?}");
+    drop(held);
+    drop_schema(&store, &schema).await;
+    store.close().await;
+    probe.close().await;
+}

@@ -132,11 +132,17 @@ pub trait Store: Send + Sync + 'static {
         Ok(found)
     }
 
-    /// How many connections the store's pool of ordinary connections holds at most: what
-    /// a worker's running effect transactions, heartbeat, completer and maintenance all
+    /// How many connections the store's pool for transactions holds at most: what a
+    /// worker's running effect transactions, completion flushes, listener and maintenance
     /// draw on. `None` for a store whose writes queue on one writer instead (SQLite).
     fn connections(&self) -> Option<u32> {
         None
+    }
+
+    /// The pool setting that gives [`Store::connections`] `transactions` connections: the
+    /// same number unless the store keeps some of its setting for pools of its own.
+    fn connections_for(&self, transactions: u32) -> u32 {
+        transactions
     }
 
     /// Whether this store can carry wake-ups between processes ([`Store::announce`],

@@ -467,7 +467,12 @@ impl Idem {
         config.validate()?;
         let horizon = config.horizon();
         self.retention.check_covers(&horizon)?;
-        config.check_connections(self.store.connections(), self.pool_setting)?;
+        let store = &self.store;
+        config.check_connections(
+            store.connections(),
+            |n| store.connections_for(n),
+            self.pool_setting,
+        )?;
         if horizon.total > self.horizon.total {
             tracing::warn!(
                 worker_horizon = %human(horizon.total),

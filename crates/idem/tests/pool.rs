@@ -1,8 +1,10 @@
 //! The store's settings reach `Idem` (`Idem::connect_with`, `ConnectOptions`), and a
-//! worker is checked against the PostgreSQL pool it will draw on: refused when the pool
-//! cannot serve its own duties (heartbeat, completion flushes, rescuer, purger, listener,
-//! announcer) and one job, with the numbers and the way out. SQLite has no pool: any
-//! concurrency is accepted there.
+//! worker is checked against the PostgreSQL pool for transactions it will draw on (the
+//! setting's share after the claim and engine pools, `idem_postgres::Budget`): refused
+//! when that pool cannot serve its own duties (completion flushes, rescuer, purger,
+//! elector, listener, announcer) and one job, with the numbers and the way out, the
+//! setting that would do. The store opens no more connections than the setting, counted
+//! on the server. SQLite has no pool: any concurrency is accepted there.
 
 mod common;
 
@@ -24,18 +26,19 @@ async fn with_pool(db: &TestDb, size: u32) -> Idem {
 }
 
 async fn the_pool_size_reaches_the_store_and_bounds_workers(db: &TestDb) {
-    let small = with_pool(db, WORKER_CONNECTIONS).await;
+    let total_for = idem_postgres::Budget::total_for;
+    let small = with_pool(db, total_for(WORKER_CONNECTIONS)).await;
     assert_eq!(small.store().connections(), Some(WORKER_CONNECTIONS));
     let err = small.worker(config("q", 1)).err().expect("refused");
     let msg = err.to_string();
     assert!(
         msg.contains(&format!("pool has {WORKER_CONNECTIONS} connections"))
             && msg.contains("max_connections")
-            && msg.contains(&(WORKER_CONNECTIONS + 1).to_string()),
+            && msg.contains(&format!("to {} or more", total_for(WORKER_CONNECTIONS + 1))),
         "{msg}"
     );
     small.store().close().await;
-    let named = with_pool(db, WORKER_CONNECTIONS)
+    let named = with_pool(db, total_for(WORKER_CONNECTIONS))
         .await
         .with_pool_setting("--pool-size");
     let msg = named
@@ -48,7 +51,7 @@ async fn the_pool_size_reaches_the_store_and_bounds_workers(db: &TestDb) {
         "{msg}"
     );
     named.store().close().await;
-    let enough = with_pool(db, WORKER_CONNECTIONS + 1).await;
+    let enough = with_pool(db, total_for(WORKER_CONNECTIONS + 1)).await;
     assert_eq!(enough.store().connections(), Some(WORKER_CONNECTIONS + 1));
     assert!(enough.worker(config("q", 1)).is_ok());
     enough.store().close().await;

@@ -306,9 +306,6 @@ async fn four_worker_processes_share_one_sqlite_file_fairly_and_keep_their_lease
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails today (issue 17): eight processes open more than the server's 100 \
-            connections (each its pool, 4 claim and 8 engine connections and a listener), \
-            and those refused connections fall behind: 58-290 jobs against 860-1,700"]
 async fn eight_worker_processes_share_one_postgresql_fairly_and_keep_their_leases() {
     let Some(db) = TestDb::postgres().await else {
         return;

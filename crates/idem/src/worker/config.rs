@@ -280,35 +280,43 @@ impl WorkerConfig {
             .unwrap_or(&self.ladder)
     }
 
-    /// Checks this worker against the store's pool of `pool` connections (`None`: a
-    /// store without a pool, SQLite). Refused when the pool cannot serve the worker's own
-    /// duties ([`WORKER_CONNECTIONS`]) and one job. Warned (logged) when it cannot serve
-    /// every running job at once holding a connection (an effect transaction each) as
-    /// well: jobs then wait for connections (the heartbeat, on a pool of its own, does
-    /// not). The messages name the numbers and the
-    /// way out: a larger pool through `setting` (for a library user [`POOL_SETTING`]), or
-    /// less concurrency.
-    pub fn check_connections(&self, pool: Option<u32>, setting: &str) -> Result<(), IdemError> {
+    /// Checks this worker against the store's pool of `pool` connections for
+    /// transactions (`None`: a store without a pool, SQLite). Refused when the pool cannot
+    /// serve the worker's own duties ([`WORKER_CONNECTIONS`]) and one job. Warned (logged)
+    /// when it cannot serve every running job at once holding a connection (an effect
+    /// transaction each) as well: jobs then wait for connections (claims and the heartbeat,
+    /// on pools of their own, do not). The messages name the numbers and the way out: a
+    /// larger pool through `setting` (for a library user [`POOL_SETTING`]), at the value
+    /// `setting_for` gives for the connections wanted ([`idem_store::Store::connections_for`]),
+    /// or less concurrency.
+    pub fn check_connections(
+        &self,
+        pool: Option<u32>,
+        setting_for: impl Fn(u32) -> u32,
+        setting: &str,
+    ) -> Result<(), IdemError> {
         let Some(pool) = pool else { return Ok(()) };
         let jobs: usize = self.queues.values().sum();
         let jobs = u32::try_from(jobs).unwrap_or(u32::MAX);
         let wanted = jobs.saturating_add(WORKER_CONNECTIONS);
+        let raise_to = setting_for(wanted);
         if pool <= WORKER_CONNECTIONS {
             return Err(IdemError::Config(format!(
-                "the PostgreSQL pool has {pool} connections; a worker needs \
-                 {WORKER_CONNECTIONS} for its completion flushes, rescuer, purger, listener and \
-                 announcer, and at least one for its jobs: raise {setting} to \
-                 {wanted} or more"
+                "the PostgreSQL pool has {pool} connections for transactions; a worker needs \
+                 {WORKER_CONNECTIONS} for its completion flushes, rescuer, purger, elector, \
+                 listener and announcer, and at least one for its jobs: raise {setting} to \
+                 {raise_to} or more"
             )));
         }
         if pool < wanted {
             tracing::warn!(
                 pool,
                 wanted,
-                "the PostgreSQL pool has {pool} connections; this worker runs up to {jobs} jobs \
-                 at once and needs {WORKER_CONNECTIONS} more for its own duties: jobs that each \
-                 open an effect transaction will wait for connections. Raise {setting} to {wanted} (the server's max_connections must \
-                 allow it) or lower the queues' concurrency"
+                "the PostgreSQL pool has {pool} connections for transactions; this worker runs \
+                 up to {jobs} jobs at once and needs {WORKER_CONNECTIONS} more for its own \
+                 duties: jobs that each open an effect transaction will wait for connections. \
+                 Raise {setting} to {raise_to} (the server's max_connections must allow it) or \
+                 lower the queues' concurrency"
             );
         }
         Ok(())
@@ -395,17 +403,18 @@ mod tests {
     #[test]
     fn the_pool_check_names_the_setting_it_is_given() {
         let one = WorkerConfig::default().only_queue("q", 1);
-        let err = one.check_connections(Some(WORKER_CONNECTIONS), POOL_SETTING);
+        let same = |n| n;
+        let err = one.check_connections(Some(WORKER_CONNECTIONS), same, POOL_SETTING);
         let err = err.unwrap_err().to_string();
         assert!(
             err.contains("raise PgOptions::max_connections (Idem::connect_with) to 8 or more"),
             "{err}"
         );
-        let err = one.check_connections(Some(3), "--pool-size");
+        let err = one.check_connections(Some(3), |n| n + 3, "--pool-size");
         let err = err.unwrap_err().to_string();
-        assert!(err.contains("raise --pool-size to 8 or more"), "{err}");
-        one.check_connections(Some(WORKER_CONNECTIONS + 1), "--pool-size")
+        assert!(err.contains("raise --pool-size to 11 or more"), "{err}");
+        one.check_connections(Some(WORKER_CONNECTIONS + 1), same, "--pool-size")
             .unwrap();
-        one.check_connections(None, "--pool-size").unwrap();
+        one.check_connections(None, same, "--pool-size").unwrap();
     }
 }
