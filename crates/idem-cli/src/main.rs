@@ -157,6 +157,9 @@ enum Command {
     /// The producer process of `idem bench`'s latency-remote scenario (not for direct use)
     #[command(hide = true)]
     BenchProducer(bench::ProducerArgs),
+    /// A worker process of `idem bench`'s scale scenario (not for direct use)
+    #[command(hide = true)]
+    BenchWorker(bench::ScaleWorkerArgs),
 }
 
 /// Runs the command; an error is printed on stderr and exits with its class's code
@@ -213,6 +216,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ChaosWorker(args) => chaos::worker_process(args, db()).await,
         Command::ChaosSink(args) => chaos::sink_process(args).await,
         Command::BenchProducer(args) => bench::produce(&db(), args).await,
+        Command::BenchWorker(args) => bench::bench_worker(&db(), args).await,
         Command::Migrate(args) => migrate::run(&db(), args).await,
         Command::Enqueue(args) => enqueue::run(&db(), args).await,
         Command::Worker(args) => worker::run(&db(), args).await,

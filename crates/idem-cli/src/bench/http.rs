@@ -65,17 +65,14 @@ pub async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> 
     let direct = drain_direct(&protocol, jobs).await?;
     seed(db.idem.store().as_ref(), "http-api", jobs).await?;
     let over_http = drain_http(&http, &base, jobs).await?;
-    let mut f = figure(
-        Scenario::Http,
-        "claim + complete over HTTP",
-        over_http,
-        "jobs/s",
-    );
-    f.ceiling = Some(direct);
-    f.note = format!(
+    let note = format!(
         "{jobs} jobs, {HTTP_CLIENTS} workers claiming {HTTP_CLAIM} per request, one complete \
          request per job; ceiling: the same loop through WorkerProtocol without HTTP"
     );
+    let metric = "claim + complete over HTTP";
+    let f = figure(Scenario::Http, metric, over_http, "jobs/s")
+        .beside(direct)
+        .noted(note);
     out.push(f);
     Ok(out)
 }

@@ -8,10 +8,14 @@
 //! temporary SQLite file, or a fresh PostgreSQL schema dropped afterwards).
 
 mod batch;
+mod cpu;
 mod cross_process;
 mod http;
+mod purge;
 mod report;
+mod scale;
 mod scenarios;
+mod wal;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -26,6 +30,7 @@ use crate::interrupt::Interrupt;
 use crate::scratch::{self, Scratch, ScratchArgs};
 
 pub(crate) use cross_process::{ProducerArgs, produce};
+pub(crate) use scale::{ScaleWorkerArgs, bench_worker};
 
 /// One benchmark scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -50,6 +55,11 @@ pub enum Scenario {
     Http,
     /// A batch of children and its successor, beside the plain drain of as many jobs.
     Batch,
+    /// PostgreSQL: the fenced jobs drained by 1, 2, 4 … worker processes (`--processes`).
+    Scale,
+    /// PostgreSQL: purges of `--purge-rows` finished jobs and effect records beside a
+    /// worker.
+    Purge,
 }
 
 /// A scenario's name as `--scenarios` takes it and the JSON report writes it
@@ -89,6 +99,22 @@ pub struct BenchArgs {
     /// fenced ceiling runs on as many connections at once)
     #[arg(long, default_value_t = idem_postgres::DEFAULT_MAX_CONNECTIONS)]
     pub connections: u32,
+    /// Scale scenario: counts of worker processes, comma-separated
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 2, 4, 8])]
+    pub processes: Vec<usize>,
+    /// Scale scenario: jobs at once in all, split among the processes
+    #[arg(long, default_value_t = 32)]
+    pub scale_concurrency: usize,
+    /// Scale scenario: PostgreSQL connections of all the processes together (each gets
+    /// what its jobs want within its share, at least the 11 a worker accepts)
+    #[arg(long, default_value_t = 88)]
+    pub scale_connections: u32,
+    /// Purge scenario: finished jobs, and effect records, past their retention
+    #[arg(long, default_value_t = 10_000_000)]
+    pub purge_rows: u64,
+    /// Purge scenario: how long the worker's rate is measured alone before the purge
+    #[arg(long, default_value = "5s", value_parser = crate::reconcile::duration, value_name = "DUR")]
+    pub purge_window: Duration,
     /// SQLite: jobs per COMMIT in the grouped fenced ceiling (each job a SAVEPOINT)
     #[arg(long, default_value_t = 64)]
     pub ceiling_group: usize,
@@ -132,6 +158,8 @@ impl BenchArgs {
             self.rate = 50;
             self.sleepers = 50;
             self.batch_children = 200;
+            self.purge_rows = 2_000;
+            self.purge_window = Duration::from_millis(500);
             self.history = self.history.min(1_000);
         }
         let sync = self.synchronous.to_ascii_lowercase();
@@ -150,6 +178,12 @@ impl BenchArgs {
             ("--claim-batch", self.claim_batch, 10_000),
             ("--connections", self.connections as usize, 1_000),
             ("--ceiling-group", self.ceiling_group, 10_000),
+            ("--scale-concurrency", self.scale_concurrency, 10_000),
+            (
+                "--scale-connections",
+                self.scale_connections as usize,
+                10_000,
+            ),
             ("--sleepers", self.sleepers, 100_000),
             (
                 "--batch-children",
@@ -161,11 +195,33 @@ impl BenchArgs {
                 bail!("{name} is {v}; use 1 to {max}");
             }
         }
+        if !(1..=100_000_000).contains(&self.purge_rows) || self.purge_window.is_zero() {
+            bail!(
+                "--purge-rows is {} and --purge-window {:?}; use 1 to 100000000 rows and a \
+                 window above 0",
+                self.purge_rows,
+                self.purge_window
+            );
+        }
+        if let Some(n) = self.processes.iter().find(|n| !(1..=64).contains(*n)) {
+            bail!("--processes has {n}; use counts from 1 to 64");
+        }
         if self.rate == 0 || self.seconds == 0 {
             bail!("--rate and --seconds must be at least 1");
         }
         Ok(())
     }
+}
+
+/// Refuses `scenario` unless the scratch database is PostgreSQL.
+fn require_postgres(db: &Scratch, scenario: Scenario) -> anyhow::Result<()> {
+    if db.idem.store().backend() != idem_store::Backend::Postgres {
+        bail!(
+            "the {scenario} scenario runs on PostgreSQL (it measures several processes or \
+             tables of millions of rows on one server); give --database-url postgres://…"
+        );
+    }
+    Ok(())
 }
 
 /// `idem bench`: the scratch database is removed however the scenarios end: finished,
@@ -256,6 +312,18 @@ pub struct OtherCeiling {
 }
 
 impl Figure {
+    /// This figure with `ceiling` beside it.
+    pub fn beside(mut self, ceiling: f64) -> Figure {
+        self.ceiling = Some(ceiling);
+        self
+    }
+
+    /// This figure with `note`.
+    pub fn noted(mut self, note: String) -> Figure {
+        self.note = note;
+        self
+    }
+
     /// The engine's share of the ceiling.
     pub fn ratio(&self) -> Option<f64> {
         self.ceiling.filter(|c| *c > 0.0).map(|c| self.value / c)

@@ -41,6 +41,8 @@ pub async fn run(db: &Scratch, args: &BenchArgs, s: Scenario) -> anyhow::Result<
         Scenario::Rss => rss(db, args).await,
         Scenario::Http => super::http::run(db, args).await,
         Scenario::Batch => super::batch::run(db, args).await,
+        Scenario::Scale => super::scale::run(db, args).await,
+        Scenario::Purge => super::purge::run(db, args).await,
     }
 }
 

@@ -1,0 +1,237 @@
+//! `purge`: the purger's batched deletes on large tables (PostgreSQL), with a worker
+//! running fenced jobs beside them. The scratch schema gets `--purge-rows` completed jobs
+//! (an attempt row each) and as many effect dedup records, all past their retention, then
+//! a plain `VACUUM ANALYZE`, as a table the purger has fallen behind on would look. A
+//! worker then drains a queue kept fed; its completions are counted over a window before
+//! the purge and over the purge itself, which deletes the effect records and then the
+//! jobs as the maintenance leader does (`DEFAULT_PURGE_BATCH` per statement, each its own
+//! transaction). Reported: each purge's rate and WAL per record; the worker's rate
+//! before and during; the tables' and indexes' sizes before, after the purge and after a
+//! plain `VACUUM` (the space a purge frees stays in the files, for new rows to reuse).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use idem::{DEFAULT_PURGE_BATCH, Idem, PurgeTarget, WorkerHandle};
+use tokio::task::JoinHandle;
+
+use super::scenarios::{EFFECT_TABLE, FencedEffect, figure, per_second, seed, worker_config};
+use super::wal;
+use super::{BenchArgs, Figure, Scenario};
+use crate::scratch::{Scratch, scalar};
+
+const QUEUE: &str = "purge-load";
+/// Rows per statement while filling.
+const FILL_CHUNK: u64 = 500_000;
+/// Jobs the worker runs at once beside the purge.
+const CONCURRENCY: usize = 16;
+/// Jobs kept waiting in the worker's queue; the feeder tops it up by this many.
+const BACKLOG: i64 = 2_000;
+/// The tables a purge deletes from, with their indexes.
+const TABLES: [&str; 3] = ["idem_job", "idem_job_attempt", "idem_effect"];
+
+/// Fills, measures the worker alone, purges beside it, vacuums; the figures.
+pub(super) async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Figure>> {
+    super::require_postgres(db, Scenario::Purge)?;
+    let rows = args.purge_rows;
+    let started = Instant::now();
+    fill(&db.idem, rows).await?;
+    let filled = started.elapsed();
+    vacuum(&db.idem, "VACUUM ANALYZE").await?;
+    let before = sizes(&db.idem).await?;
+
+    let mut tx = db.idem.begin().await?;
+    tx.execute(EFFECT_TABLE, &[]).await?;
+    tx.commit().await?;
+    let load = Load::start(db, args).await?;
+    let window = args.purge_window;
+    let alone = load.rate_over(window).await?;
+
+    let mut out = Vec::new();
+    let load_started = load.completed();
+    let purge_started = Instant::now();
+    for (target, what) in [
+        (PurgeTarget::EffectKeys, "effect dedup records"),
+        (PurgeTarget::FinishedJobs, "finished jobs"),
+    ] {
+        let lsn = wal::lsn(&db.idem).await?;
+        let t = Instant::now();
+        let cutoff = db.idem.purge_cutoff(target).await?;
+        let n = db
+            .idem
+            .purge_before(target, cutoff, DEFAULT_PURGE_BATCH, |_| {})
+            .await?;
+        let took = t.elapsed();
+        let wal = wal::since(&db.idem, &lsn).await?;
+        if n != rows {
+            bail!("the purge of {what} deleted {n} records; {rows} were past their retention");
+        }
+        let mut f = figure(
+            Scenario::Purge,
+            &format!("purge {what}"),
+            per_second(n as usize, took),
+            "records/s",
+        );
+        f.note = format!(
+            "{n} records in {:.1}s, {DEFAULT_PURGE_BATCH} per statement; {:.0} bytes of WAL \
+             per record{}",
+            took.as_secs_f64(),
+            wal as f64 / n.max(1) as f64,
+            if what == "finished jobs" {
+                " (a job and its attempt row)"
+            } else {
+                ""
+            }
+        );
+        out.push(f);
+    }
+    let purging = purge_started.elapsed();
+    let during = per_second((load.completed() - load_started) as usize, purging);
+    load.stop().await?;
+    let after = sizes(&db.idem).await?;
+    let t = Instant::now();
+    vacuum(&db.idem, "VACUUM").await?;
+    let vacuumed_in = t.elapsed();
+    let vacuumed = sizes(&db.idem).await?;
+
+    let note = format!(
+        "a worker of {CONCURRENCY} jobs at once; the ceiling column is its rate alone over \
+         {window:?} before the purge; the purge took {:.1}s",
+        purging.as_secs_f64()
+    );
+    let rate = "fenced rate beside the purge";
+    let f = figure(Scenario::Purge, rate, during, "jobs/s")
+        .beside(alone)
+        .noted(note);
+    out.push(f);
+    let mb = |b: i64| b as f64 / 1_048_576.0;
+    let mut f = figure(
+        Scenario::Purge,
+        "tables and indexes before",
+        mb(before),
+        "MB",
+    );
+    f.note = format!(
+        "{TABLES:?} with {rows} jobs, attempts and effect records (filled in {:.0}s, then \
+         VACUUM ANALYZE); after the purge {:.0} MB; after a plain VACUUM ({:.1}s) {:.0} MB: \
+         the freed space stays in the files for new rows",
+        filled.as_secs_f64(),
+        mb(after),
+        vacuumed_in.as_secs_f64(),
+        mb(vacuumed)
+    );
+    out.push(f);
+    Ok(out)
+}
+
+/// `rows` completed jobs finalized 30 days ago, an attempt row each, and as many effect
+/// records of those jobs created then: all past the default retention (3 days).
+async fn fill(idem: &Idem, rows: u64) -> anyhow::Result<()> {
+    let jobs = "INSERT INTO idem_job (kind, queue, args, priority, state, attempt, max_attempts, \
+                run_at, fence, created_at, attempted_at, finalized_at) \
+                SELECT 'history', 'history', '{}'::jsonb, 0, 'completed', 1, 1, t, 1, t, t, t \
+                FROM generate_series(1, $1::bigint), \
+                (SELECT now() - interval '30 days' AS t) AS old";
+    let attempts = "INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, started_at, \
+                    finished_at) \
+                    SELECT id, 1, 1, 'completed', attempted_at, finalized_at FROM idem_job \
+                    WHERE queue = 'history' AND id > $1";
+    let effects = "INSERT INTO idem_effect (key, kind, job_id, fence, created_at) \
+                   SELECT 'history:' || id, 'history', id, 1, finalized_at FROM idem_job \
+                   WHERE queue = 'history' AND id > $1";
+    let mut left = rows;
+    while left > 0 {
+        let chunk = left.min(FILL_CHUNK);
+        let last = scalar(idem, "SELECT coalesce(max(id), 0) FROM idem_job", &[]).await?;
+        let mut tx = idem.begin().await?;
+        tx.execute(jobs, &[(chunk as i64).into()]).await?;
+        tx.execute(attempts, &[last.into()]).await?;
+        tx.execute(effects, &[last.into()]).await?;
+        tx.commit().await?;
+        left -= chunk;
+    }
+    Ok(())
+}
+
+/// Runs `sql` (a `VACUUM`, which cannot run in a transaction) on the tables.
+async fn vacuum(idem: &Idem, sql: &str) -> anyhow::Result<()> {
+    for table in TABLES {
+        idem.store().query(&format!("{sql} {table}"), &[]).await?;
+    }
+    Ok(())
+}
+
+/// Bytes of the tables, their indexes and TOAST.
+async fn sizes(idem: &Idem) -> anyhow::Result<i64> {
+    let each: Vec<String> = TABLES
+        .iter()
+        .map(|t| format!("pg_total_relation_size('{t}')"))
+        .collect();
+    let sql = format!("SELECT ({})::bigint", each.join(" + "));
+    scalar(idem, &sql, &[]).await
+}
+
+/// A worker draining [`QUEUE`] of fenced jobs, and a feeder keeping it waiting.
+struct Load {
+    worker: WorkerHandle,
+    feeding: Arc<AtomicBool>,
+    feeder: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Load {
+    async fn start(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Load> {
+        seed(db.idem.store().as_ref(), QUEUE, BACKLOG as usize).await?;
+        let mut w = db
+            .idem
+            .worker(worker_config(QUEUE, CONCURRENCY, args.claim_batch))?;
+        w.register(FencedEffect)?;
+        let worker = w.start();
+        worker.ready().await;
+        let feeding = Arc::new(AtomicBool::new(true));
+        let (idem, go_on) = (db.idem.clone(), feeding.clone());
+        let feeder = tokio::spawn(async move {
+            let waiting = "SELECT count(*) FROM idem_job WHERE queue = 'purge-load' \
+                           AND state = 'available'";
+            while go_on.load(Ordering::Relaxed) {
+                if scalar(&idem, waiting, &[]).await? < BACKLOG / 2 {
+                    seed(idem.store().as_ref(), QUEUE, BACKLOG as usize).await?;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Ok(())
+        });
+        Ok(Load {
+            worker,
+            feeding,
+            feeder,
+        })
+    }
+
+    fn completed(&self) -> u64 {
+        self.worker.report().completed
+    }
+
+    /// The worker's completions per second over the next `window`.
+    async fn rate_over(&self, window: Duration) -> anyhow::Result<f64> {
+        let from = self.completed();
+        tokio::time::sleep(window).await;
+        let report = self.worker.report();
+        if report.dead + report.retried > 0 {
+            bail!("the worker's fenced jobs failed: {report:?}");
+        }
+        Ok(per_second((report.completed - from) as usize, window))
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        self.feeding.store(false, Ordering::Relaxed);
+        let fed = self.feeder.await?;
+        let report = self.worker.shutdown().await;
+        fed?;
+        if report.dead + report.retried > 0 {
+            bail!("the worker's fenced jobs failed: {report:?}");
+        }
+        Ok(())
+    }
+}
