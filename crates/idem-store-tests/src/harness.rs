@@ -218,6 +218,33 @@ pub async fn within<T>(secs: u64, what: &str, fut: impl Future<Output = T>) -> T
         .unwrap_or_else(|_| panic!("{what}: did not finish within {secs} s (deadlock?)"))
 }
 
+/// The PostgreSQL server process serving `tx` (`pg_backend_pid()`), to watch its session
+/// end.
+pub async fn backend_pid(tx: &mut dyn idem_store::StoreTx) -> i64 {
+    let rows = tx.query("SELECT pg_backend_pid()::bigint", &[]).await;
+    let rows = rows.expect("pg_backend_pid()");
+    rows[0][0].as_i64().expect("a pid")
+}
+
+/// Waits (at most 10 s) until the PostgreSQL session of server process `pid` has ended,
+/// as the idle-in-transaction timeout ends one, watching `pg_stat_activity` from `store`.
+pub async fn until_session_ends(store: &dyn Store, pid: i64) {
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1";
+    within(10, "the idle session ends", async {
+        loop {
+            let rows = store
+                .query(sql, &[pid.into()])
+                .await
+                .expect("pg_stat_activity");
+            if rows[0][0].as_i64() == Some(0) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
 async fn migrate(store: &Arc<dyn Store>, url: &str) {
     store.migrate().await.unwrap_or_else(|e| {
         let url = idem_postgres::redact(url);

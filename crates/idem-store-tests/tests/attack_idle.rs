@@ -16,7 +16,7 @@ use idem_store::{
 };
 use idem_store_tests::TestDb;
 use idem_store_tests::fixture::{assert_waits_for, at, job_in, spawn_started};
-use idem_store_tests::harness::within;
+use idem_store_tests::harness::{backend_pid, until_session_ends, within};
 
 /// A store in a fresh schema whose transactions may sit idle for `idle_ms`.
 async fn idle_store(idle_ms: u64) -> Option<(Arc<PgStore>, String)> {
@@ -175,13 +175,14 @@ async fn a_batch_child_s_completion_ended_by_the_idle_timeout_leaves_nothing() {
         .expect("claim")
         .remove(0);
     let mut stopped = store.begin().await.expect("begin");
+    let pid = backend_pid(stopped.as_mut()).await;
     let done = JobComplete {
         lease: child.lease_token(),
         result: None,
         now: Some(at(1_000)),
     };
     stopped.job_complete(done).await.expect("complete in tx");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    until_session_ends(store.as_ref(), pid).await;
     assert!(stopped.commit().await.is_err(), "the session was ended");
 
     let successors = || async {
@@ -263,6 +264,7 @@ async fn an_intent_s_completion_ended_by_the_idle_timeout_is_not_taken_as_done()
         other => panic!("expected Begun, got {other:?}"),
     };
     let mut stopped = store.begin().await.expect("begin");
+    let pid = backend_pid(stopped.as_mut()).await;
     let finish = IntentFinish {
         token: held.token(),
         outcome: IntentOutcome::Completed {
@@ -272,7 +274,7 @@ async fn an_intent_s_completion_ended_by_the_idle_timeout_is_not_taken_as_done()
         now: Some(at(200)),
     };
     stopped.intent_finish(finish).await.expect("finish in tx");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    until_session_ends(store.as_ref(), pid).await;
     assert!(stopped.commit().await.is_err(), "the session was ended");
     let row = store
         .intent_get("call:1".into())

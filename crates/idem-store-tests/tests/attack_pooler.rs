@@ -20,6 +20,7 @@ use std::time::Duration;
 use idem_postgres::{PgOptions, PgStore};
 use idem_store::{JobInsert, Store};
 use idem_store_tests::fixture::{at, claim_params, job_in};
+use idem_store_tests::harness::{backend_pid, until_session_ends, within};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
@@ -36,6 +37,35 @@ impl Drop for Bouncer {
             let _ = std::process::Command::new("kill").arg(pid.trim()).status();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Bouncer {
+    /// Edits the bouncer's config with `edit` and reloads it (SIGHUP); returns once its
+    /// log says it re-read the config. Its one event loop applies the config in the same
+    /// turn, before it serves the next client.
+    async fn reload(&self, edit: impl FnOnce(String) -> String) {
+        let ini = format!("{}/pgbouncer.ini", self.dir);
+        let text = std::fs::read_to_string(&ini).expect("read pgbouncer.ini");
+        std::fs::write(&ini, edit(text)).expect("write pgbouncer.ini");
+        let log = format!("{}/pgbouncer.log", self.dir);
+        let reloads = || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.matches("got SIGHUP, re-reading config").count()
+        };
+        let before = reloads();
+        let pid = std::fs::read_to_string(format!("{}/pgbouncer.pid", self.dir)).expect("pid");
+        let ok = std::process::Command::new("kill")
+            .args(["-HUP", pid.trim()])
+            .status()
+            .expect("kill -HUP");
+        assert!(ok.success(), "reload pgbouncer");
+        within(10, "pgbouncer re-reads its config", async {
+            while reloads() == before {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
     }
 }
 
@@ -564,19 +594,12 @@ async fn the_primary_check_runs_on_one_server_session() {
 /// one), so that whatever one client's transaction left in that session, the next
 /// client's transaction finds.
 async fn one_server_session(bouncer: &Bouncer) {
-    let ini = format!("{}/pgbouncer.ini", bouncer.dir);
-    let text = std::fs::read_to_string(&ini).expect("read pgbouncer.ini");
-    let text = text
-        .replace("default_pool_size = 16", "default_pool_size = 1")
-        .replace("max_db_connections = 16", "max_db_connections = 1");
-    std::fs::write(&ini, text).expect("write pgbouncer.ini");
-    let pid = std::fs::read_to_string(format!("{}/pgbouncer.pid", bouncer.dir)).expect("pid");
-    let ok = std::process::Command::new("kill")
-        .args(["-HUP", pid.trim()])
-        .status()
-        .expect("kill -HUP");
-    assert!(ok.success(), "reload pgbouncer");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    bouncer
+        .reload(|text| {
+            text.replace("default_pool_size = 16", "default_pool_size = 1")
+                .replace("max_db_connections = 16", "max_db_connections = 1")
+        })
+        .await;
 }
 
 /// What a raw client finds in the (one) server session: its pid, and the settings and
@@ -739,10 +762,12 @@ async fn a_transaction_idle_past_its_timeout_commits_nothing_through_the_pooler(
     tx.execute(create, &[]).await.expect("create outbox");
     tx.commit().await.expect("commit");
     let mut tx = store.begin().await.expect("begin");
+    let pid = backend_pid(tx.as_mut()).await;
     tx.execute("INSERT INTO outbox VALUES ('first')", &[])
         .await
         .expect("first insert");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    let watch = PgStore::connect(&base, PgOptions::default()).await;
+    until_session_ends(&watch.expect("connect"), pid).await;
     let second = tx
         .execute("INSERT INTO outbox VALUES ('second')", &[])
         .await;
@@ -840,17 +865,8 @@ impl Drop for Cluster {
 /// Points `bouncer` at the server on `port` (as a failover that moves the address the
 /// pooler uses), reloading it.
 async fn repoint(bouncer: &Bouncer, from: u16, to: u16) {
-    let ini = format!("{}/pgbouncer.ini", bouncer.dir);
-    let text = std::fs::read_to_string(&ini).expect("read pgbouncer.ini");
-    let text = text.replace(&format!("port={from}"), &format!("port={to}"));
-    std::fs::write(&ini, text).expect("write pgbouncer.ini");
-    let pid = std::fs::read_to_string(format!("{}/pgbouncer.pid", bouncer.dir)).expect("pid");
-    let ok = std::process::Command::new("kill")
-        .args(["-HUP", pid.trim()])
-        .status()
-        .expect("kill -HUP");
-    assert!(ok.success(), "reload pgbouncer");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (from, to) = (format!("port={from}"), format!("port={to}"));
+    bouncer.reload(|text| text.replace(&from, &to)).await;
 }
 
 /// primary.rs: "no connection that answered `pg_is_in_recovery() = true` is ever handed
@@ -950,20 +966,10 @@ async fn the_pooler_set_in_the_options_keeps_the_urls_schema() {
     let Some((base, bouncer)) = bouncer() else {
         return;
     };
-    let ini = format!("{}/pgbouncer.ini", bouncer.dir);
-    let text = std::fs::read_to_string(&ini).expect("read pgbouncer.ini");
-    let text = text.replace(
-        "[pgbouncer]\n",
-        "[pgbouncer]\nignore_startup_parameters = options\n",
-    );
-    std::fs::write(&ini, text).expect("write pgbouncer.ini");
-    let pid = std::fs::read_to_string(format!("{}/pgbouncer.pid", bouncer.dir)).expect("pid");
-    let reloaded = std::process::Command::new("kill")
-        .args(["-HUP", pid.trim()])
-        .status()
-        .expect("kill -HUP");
-    assert!(reloaded.success());
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let ignore = "[pgbouncer]\nignore_startup_parameters = options\n";
+    bouncer
+        .reload(|text| text.replace("[pgbouncer]\n", ignore))
+        .await;
     let schema = schema_name();
     let create = format!("CREATE SCHEMA {schema}");
     sqlx::raw_sql(sqlx::AssertSqlSafe(create))

@@ -29,7 +29,7 @@ use idem::{
 };
 use idem_postgres::PgStore;
 use idem_store::{Store, StoreError};
-use idem_store_tests::harness::{run_case, within};
+use idem_store_tests::harness::{backend_pid, run_case, until_session_ends, within};
 use idem_store_tests::{Backend, TestDb};
 
 /// An engine over a fresh PostgreSQL schema whose transactions may sit idle for
@@ -47,6 +47,17 @@ async fn idle_idem(idle_ms: u64, conns: u32) -> Option<(Idem, String)> {
     let store = PgStore::connect(&base, options).await.expect("connect");
     store.migrate().await.expect("migrate");
     Some((Idem::from_store(Arc::new(store)), schema))
+}
+
+/// A connection of its own to the test server, to watch sessions from outside a store
+/// whose one connection a stopped transaction holds.
+async fn watcher() -> PgStore {
+    let base = idem_store::testing::pg_url_or_skip().expect("a server");
+    let options = PgOptions {
+        max_connections: 1,
+        ..PgOptions::default()
+    };
+    PgStore::connect(&base, options).await.expect("connect")
 }
 
 fn rand_u64() -> u64 {
@@ -225,14 +236,16 @@ async fn a_caller_transaction_ended_by_the_idle_timeout_fails_clearly() {
     let Some((idem, schema)) = idle_idem(300, 1).await else {
         return;
     };
+    let watch = watcher().await;
     for statement_first in [true, false] {
         let mut tx = idem.begin().await.expect("begin");
+        let pid = backend_pid(tx.store_tx()).await;
         let job = idem
             .enqueue_tx(&mut tx, Job::new("k", serde_json::json!({})))
             .await
             .expect("enqueue")
             .job;
-        tokio::time::sleep(Duration::from_millis(900)).await;
+        until_session_ends(&watch, pid).await;
         if statement_first {
             let e = tx.execute("SELECT 1", &[]).await.expect_err("ended");
             assert!(e.to_string().contains("idle-in-transaction"), "{e}");
@@ -259,9 +272,10 @@ async fn a_transaction_ended_by_the_idle_timeout_is_retryable() {
     let Some((idem, schema)) = idle_idem(300, 1).await else {
         return;
     };
+    let watch = watcher().await;
     let mut tx = idem.begin().await.expect("begin");
-    tx.execute("SELECT 1", &[]).await.expect("statement");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    let pid = backend_pid(tx.store_tx()).await;
+    until_session_ends(&watch, pid).await;
     let statement = tx.execute("SELECT 1", &[]).await.expect_err("ended");
     let commit = tx.commit().await.expect_err("ended");
     drop_schema(&idem, &schema).await;

@@ -49,47 +49,15 @@ pub(super) async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Fi
     let window = args.purge_window;
     let alone = load.rate_over(window).await?;
 
-    let mut out = Vec::new();
     let load_started = load.completed();
     let purge_started = Instant::now();
-    for (target, what) in [
-        (PurgeTarget::EffectKeys, "effect dedup records"),
-        (PurgeTarget::FinishedJobs, "finished jobs"),
-    ] {
-        let lsn = wal::lsn(&db.idem).await?;
-        let t = Instant::now();
-        let cutoff = db.idem.purge_cutoff(target).await?;
-        let n = db
-            .idem
-            .purge_before(target, cutoff, DEFAULT_PURGE_BATCH, |_| {})
-            .await?;
-        let took = t.elapsed();
-        let wal = wal::since(&db.idem, &lsn).await?;
-        if n != rows {
-            bail!("the purge of {what} deleted {n} records; {rows} were past their retention");
-        }
-        let mut f = figure(
-            Scenario::Purge,
-            &format!("purge {what}"),
-            per_second(n as usize, took),
-            "records/s",
-        );
-        f.note = format!(
-            "{n} records in {:.1}s, {DEFAULT_PURGE_BATCH} per statement; {:.0} bytes of WAL \
-             per record{}",
-            took.as_secs_f64(),
-            wal as f64 / n.max(1) as f64,
-            if what == "finished jobs" {
-                " (a job and its attempt row)"
-            } else {
-                ""
-            }
-        );
-        out.push(f);
-    }
+    // The worker stops whatever the purge answered.
+    let purged = purge_all(&db.idem, rows).await;
     let purging = purge_started.elapsed();
     let during = per_second((load.completed() - load_started) as usize, purging);
-    load.stop().await?;
+    let stopped = load.stop().await;
+    let mut out = purged?;
+    stopped?;
     let after = sizes(&db.idem).await?;
     let t = Instant::now();
     vacuum(&db.idem, "VACUUM").await?;
@@ -123,6 +91,41 @@ pub(super) async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Fi
         mb(vacuumed)
     );
     out.push(f);
+    Ok(out)
+}
+
+/// Purges the effect records, then the finished jobs, as the maintenance leader does;
+/// a figure for each. An error unless each purge deleted all `rows`.
+async fn purge_all(idem: &Idem, rows: u64) -> anyhow::Result<Vec<Figure>> {
+    let mut out = Vec::new();
+    for (target, what, each) in [
+        (PurgeTarget::EffectKeys, "effect dedup records", ""),
+        (
+            PurgeTarget::FinishedJobs,
+            "finished jobs",
+            " (a job and its attempt row)",
+        ),
+    ] {
+        let lsn = wal::lsn(idem).await?;
+        let t = Instant::now();
+        let cutoff = idem.purge_cutoff(target).await?;
+        let n = idem
+            .purge_before(target, cutoff, DEFAULT_PURGE_BATCH, |_| {})
+            .await?;
+        let took = t.elapsed();
+        let wal = wal::since(idem, &lsn).await?;
+        if n != rows {
+            bail!("the purge of {what} deleted {n} records; {rows} were past their retention");
+        }
+        let note = format!(
+            "{n} records in {:.1}s, {DEFAULT_PURGE_BATCH} per statement; {:.0} bytes of WAL \
+             per record{each}",
+            took.as_secs_f64(),
+            wal as f64 / n.max(1) as f64,
+        );
+        let rate = per_second(n as usize, took);
+        out.push(figure(Scenario::Purge, &format!("purge {what}"), rate, "records/s").noted(note));
+    }
     Ok(out)
 }
 
@@ -175,34 +178,43 @@ async fn sizes(idem: &Idem) -> anyhow::Result<i64> {
 
 /// A worker draining [`QUEUE`] of fenced jobs, and a feeder keeping it waiting.
 struct Load {
+    idem: Idem,
     worker: WorkerHandle,
     feeding: Arc<AtomicBool>,
     feeder: JoinHandle<anyhow::Result<()>>,
 }
 
 impl Load {
+    /// On a store of its own, sized for its jobs and duties, beside the purge's.
     async fn start(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Load> {
-        seed(db.idem.store().as_ref(), QUEUE, BACKLOG as usize).await?;
-        let mut w = db
-            .idem
-            .worker(worker_config(QUEUE, CONCURRENCY, args.claim_batch))?;
+        let mut options = idem::ConnectOptions::default();
+        let wanted = CONCURRENCY as u32 + idem::WORKER_CONNECTIONS;
+        options.postgres.max_connections = idem_postgres::Budget::total_for(wanted);
+        let idem = Idem::from_store(idem::connect_store_with(&db.url, options).await?);
+        seed(idem.store().as_ref(), QUEUE, BACKLOG as usize).await?;
+        let mut config = worker_config(QUEUE, CONCURRENCY, args.claim_batch);
+        // No purger of its own: the scenario's purge is the one measured, and a second
+        // one deleting the same oldest rows would cut its batches short.
+        config.purge_interval = None;
+        let mut w = idem.worker(config)?;
         w.register(FencedEffect)?;
         let worker = w.start();
         worker.ready().await;
         let feeding = Arc::new(AtomicBool::new(true));
-        let (idem, go_on) = (db.idem.clone(), feeding.clone());
+        let (fed, go_on) = (idem.clone(), feeding.clone());
         let feeder = tokio::spawn(async move {
             let waiting = "SELECT count(*) FROM idem_job WHERE queue = 'purge-load' \
                            AND state = 'available'";
             while go_on.load(Ordering::Relaxed) {
-                if scalar(&idem, waiting, &[]).await? < BACKLOG / 2 {
-                    seed(idem.store().as_ref(), QUEUE, BACKLOG as usize).await?;
+                if scalar(&fed, waiting, &[]).await? < BACKLOG / 2 {
+                    seed(fed.store().as_ref(), QUEUE, BACKLOG as usize).await?;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(())
         });
         Ok(Load {
+            idem,
             worker,
             feeding,
             feeder,
@@ -228,6 +240,7 @@ impl Load {
         self.feeding.store(false, Ordering::Relaxed);
         let fed = self.feeder.await?;
         let report = self.worker.shutdown().await;
+        self.idem.close().await;
         fed?;
         if report.dead + report.retried > 0 {
             bail!("the worker's fenced jobs failed: {report:?}");

@@ -130,6 +130,7 @@ async fn one_count(db: &Scratch, args: &BenchArgs, n: usize) -> anyhow::Result<F
     }
     let pids: Vec<u32> = processes.iter().filter_map(|p| p.child.id()).collect();
     let wal_before = super::wal::lsn(&db.idem).await?;
+    let commits_before = super::wal::commits(&db.idem).await?;
     let cpu_before = CpuTimes::now();
     let started = Instant::now();
     for p in &mut processes {
@@ -150,6 +151,7 @@ async fn one_count(db: &Scratch, args: &BenchArgs, n: usize) -> anyhow::Result<F
         done.push(report.completed);
     }
     drained?;
+    let commits = super::wal::commits(&db.idem).await? - commits_before;
     check_once(&db.idem, &queue, args.jobs, &done).await?;
     let (least, most) = (done.iter().min(), done.iter().max());
     let mut f = figure(
@@ -164,14 +166,15 @@ async fn one_count(db: &Scratch, args: &BenchArgs, n: usize) -> anyhow::Result<F
     f.note = format!(
         "{} jobs; {n} × {jobs} jobs at once, {pool} connections each; per process {}–{} \
          jobs; CPU of the host's cores: {:.0}% busy, PostgreSQL {:.0}%, the workers {:.0}%; \
-         {:.0} bytes of WAL per job",
+         {:.0} bytes of WAL and {:.2} commits per job (this process's counting included)",
         args.jobs,
         least.copied().unwrap_or(0),
         most.copied().unwrap_or(0),
         cpu.busy * 100.0,
         cpu.postgres * 100.0,
         cpu.ours * 100.0,
-        wal as f64 / args.jobs.max(1) as f64
+        wal as f64 / args.jobs.max(1) as f64,
+        commits as f64 / args.jobs.max(1) as f64
     );
     Ok(f)
 }

@@ -1,4 +1,5 @@
-//! PostgreSQL's write-ahead log position, to count the bytes a stretch of work wrote.
+//! PostgreSQL's write-ahead log position and its count of commits, to measure what a
+//! stretch of work wrote.
 
 use anyhow::Context;
 use idem::{Idem, SqlValue};
@@ -22,4 +23,16 @@ pub(super) async fn since(idem: &Idem, lsn: &str) -> anyhow::Result<i64> {
         .and_then(|r| r.first())
         .and_then(SqlValue::as_i64)
         .context("no WAL difference")
+}
+
+/// Transactions committed in the current database so far. A backend reports its own to
+/// the statistics at most once a second and when it ends, so read this after the
+/// processes whose work it counts have disconnected.
+pub(super) async fn commits(idem: &Idem) -> anyhow::Result<i64> {
+    let sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
+    let rows = idem.store().query(sql, &[]).await?;
+    rows.first()
+        .and_then(|r| r.first())
+        .and_then(SqlValue::as_i64)
+        .context("no count of commits")
 }
