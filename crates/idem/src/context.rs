@@ -27,12 +27,19 @@ use crate::job::Job;
 #[derive(Debug, Default)]
 pub(crate) struct LeaseSignal {
     lost: AtomicBool,
+    /// The job's completion is written in its own transaction, which holds its row until
+    /// the commit: a heartbeat that then finds the claim gone found it completed.
+    completing: AtomicBool,
     notify: Notify,
 }
 
 impl LeaseSignal {
-    /// Raises the signal; returns whether it was already raised.
+    /// Raises the signal; returns whether it was already raised, or needs no raising
+    /// (the job completed in its own transaction).
     pub(crate) fn raise(&self) -> bool {
+        if self.completing.load(Ordering::Acquire) {
+            return true;
+        }
         let was = self.lost.swap(true, Ordering::AcqRel);
         self.notify.notify_waiters();
         was
@@ -624,6 +631,7 @@ impl<'a> EffectTx<'a> {
         self.tx
             .job_complete(JobComplete { lease, result, now })
             .await?;
+        self.cx.lease_lost.completing.store(true, Ordering::Release);
         let cx = self.finish().await?;
         cx.completed = true;
         Ok(())
@@ -669,6 +677,16 @@ mod tests {
         assert!(!signal.raise(), "the first loss is news to the heartbeat");
         assert!(signal.raise(), "and it logs it once");
         assert!(!signal.is_raised(), "the handler never hears of it");
+    }
+
+    #[test]
+    fn a_claim_found_gone_while_its_completion_commits_is_not_news() {
+        let signal = LeaseSignal::default();
+        signal.completing.store(true, Ordering::Release);
+        assert!(signal.raise(), "nothing for the heartbeat to log");
+        assert!(!signal.lost.load(Ordering::Acquire), "the job was not lost");
+        let other = LeaseSignal::default();
+        assert!(!other.raise(), "a claim lost before its completion is news");
     }
 
     #[test]
