@@ -690,3 +690,25 @@ idem_store_tests::store_cases!(
     an_old_dead_job_is_refused_a_retry,
     a_young_dead_job_retries_without_force,
 );
+
+/// An operator's retry holds one connection for transactions: its window check reads
+/// before the retry's transaction opens, so a client whose pool for transactions holds
+/// one connection retries at once instead of waiting on itself for the pool's timeout.
+async fn a_retry_needs_one_connection_for_transactions(db: &TestDb) {
+    let id = dead_job(&client(db, None)).await;
+    let postgres = idem::PgOptions {
+        max_connections: 3,
+        ..idem::PgOptions::default()
+    };
+    let options = idem::ConnectOptions {
+        postgres,
+        ..idem::ConnectOptions::default()
+    };
+    let small = Idem::connect_with(&db.url, options).await.expect("connect");
+    assert_eq!(small.store().connections(), Some(1));
+    let retried = within(5, "a retry on one connection", small.retry_jobs(vec![id])).await;
+    assert_eq!(retried.expect("retried").len(), 1);
+    small.store().close().await;
+}
+
+idem_store_tests::postgres_cases!(a_retry_needs_one_connection_for_transactions);

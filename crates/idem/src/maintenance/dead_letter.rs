@@ -129,8 +129,15 @@ impl Idem {
         self.retry(ids, true).await
     }
 
-    /// Retries `ids` in one transaction, checked unless `forced`.
+    /// Retries `ids` in one transaction, checked unless `forced`. What the check reads
+    /// (the jobs' first attempts, which never change, and the clock) is read before the
+    /// transaction opens, so a retry needs one connection: with a pool of one, a read
+    /// beside the open transaction would wait for itself.
     async fn retry(&self, ids: Vec<i64>, forced: bool) -> Result<Vec<JobRow>, IdemError> {
+        let checked = match forced {
+            true => None,
+            false => Some((self.first_attempts(&ids).await?, self.now().await?)),
+        };
         let mut tx = self.store.begin().await?;
         let mut retried = Vec::new();
         for page in ids.chunks(BULK_PAGE as usize) {
@@ -140,10 +147,9 @@ impl Idem {
             };
             retried.extend(tx.job_retry(params).await?);
         }
-        let verdict = if forced {
-            Ok(())
-        } else {
-            self.check_retry(&retried).await
+        let verdict = match checked {
+            None => Ok(()),
+            Some((first, now)) => self.check_retry(&retried, first, now),
         };
         match verdict {
             Ok(()) => tx.commit().await?,
@@ -156,18 +162,20 @@ impl Idem {
         Ok(retried)
     }
 
-    /// Refuses `jobs` when any first ran too long ago for the effect-key window to cover
-    /// a new retry horizon.
-    async fn check_retry(&self, jobs: &[JobRow]) -> Result<(), IdemError> {
-        let first = self.first_attempts(jobs).await?;
-        if first.is_empty() {
-            return Ok(());
-        }
+    /// Refuses `jobs` when any first ran too long ago, at `now`, for the effect-key window
+    /// to cover a new retry horizon; `first` holds the first attempts' starts, by job.
+    fn check_retry(
+        &self,
+        jobs: &[JobRow],
+        first: Vec<(i64, Timestamp)>,
+        now: Timestamp,
+    ) -> Result<(), IdemError> {
+        let retried: std::collections::HashSet<i64> = jobs.iter().map(|j| j.id).collect();
         let (effect_keys, horizon) = (self.retention.effect_keys, self.horizon);
         let allowed = horizon.retry_allowance(effect_keys);
-        let now = self.now().await?;
         let too_old: Vec<(i64, Duration)> = first
             .into_iter()
+            .filter(|(id, _)| retried.contains(id))
             .map(|(id, started)| (id, (now - started).to_std().unwrap_or(Duration::ZERO)))
             .filter(|(_, age)| allowed.is_none_or(|a| *age > a))
             .collect();
@@ -181,9 +189,8 @@ impl Idem {
         })))
     }
 
-    /// When the first attempt of each of `jobs` that ran started.
-    async fn first_attempts(&self, jobs: &[JobRow]) -> Result<Vec<(i64, Timestamp)>, IdemError> {
-        let ids: Vec<i64> = jobs.iter().map(|j| j.id).collect();
+    /// When the first attempt of each of `ids` that ran started.
+    async fn first_attempts(&self, ids: &[i64]) -> Result<Vec<(i64, Timestamp)>, IdemError> {
         let mut first = Vec::new();
         for page in ids.chunks(BULK_PAGE as usize) {
             first.extend(self.store.job_first_attempts(page.to_vec()).await?);
