@@ -28,21 +28,19 @@ use crate::job::Job;
 pub(crate) struct LeaseSignal {
     lost: AtomicBool,
     /// The job's completion is written in its own transaction, which holds its row until
-    /// the commit: a heartbeat that then finds the claim gone found it completed.
+    /// the commit: a heartbeat that then finds the claim gone most likely found it
+    /// completed, which is no news to log. Cleared when that commit fails.
     completing: AtomicBool,
     notify: Notify,
 }
 
 impl LeaseSignal {
-    /// Raises the signal; returns whether it was already raised, or needs no raising
-    /// (the job completed in its own transaction).
+    /// Raises the signal; returns whether that is no news to log: it was raised already,
+    /// or the job's completion is being committed.
     pub(crate) fn raise(&self) -> bool {
-        if self.completing.load(Ordering::Acquire) {
-            return true;
-        }
         let was = self.lost.swap(true, Ordering::AcqRel);
         self.notify.notify_waiters();
-        was
+        was || self.completing.load(Ordering::Acquire)
     }
 
     fn is_raised(&self) -> bool {
@@ -631,8 +629,11 @@ impl<'a> EffectTx<'a> {
         self.tx
             .job_complete(JobComplete { lease, result, now })
             .await?;
-        self.cx.lease_lost.completing.store(true, Ordering::Release);
-        let cx = self.finish().await?;
+        let signal = self.cx.lease_lost.clone();
+        signal.completing.store(true, Ordering::Release);
+        let cx = self.finish().await.inspect_err(|_| {
+            signal.completing.store(false, Ordering::Release);
+        })?;
         cx.completed = true;
         Ok(())
     }
@@ -684,7 +685,10 @@ mod tests {
         let signal = LeaseSignal::default();
         signal.completing.store(true, Ordering::Release);
         assert!(signal.raise(), "nothing for the heartbeat to log");
-        assert!(!signal.lost.load(Ordering::Acquire), "the job was not lost");
+        assert!(
+            signal.lost.load(Ordering::Acquire),
+            "the handler still hears of it"
+        );
         let other = LeaseSignal::default();
         assert!(!other.raise(), "a claim lost before its completion is news");
     }

@@ -9,20 +9,12 @@
 mod common;
 
 use common::*;
-use idem::{ConnectOptions, Idem, PgOptions, WORKER_CONNECTIONS};
+use idem::{Idem, WORKER_CONNECTIONS};
 use idem_store_tests::TestDb;
 
-/// A client on the test database (its schema is in the URL) with a pool of `size`.
+/// A client on the test database (its schema is in the URL) with a budget of `size`.
 async fn with_pool(db: &TestDb, size: u32) -> Idem {
-    let postgres = PgOptions {
-        max_connections: size,
-        ..PgOptions::default()
-    };
-    let options = ConnectOptions {
-        postgres,
-        ..ConnectOptions::default()
-    };
-    Idem::connect_with(&db.url, options).await.expect("connect")
+    client_with_budget(&db.url, size).await
 }
 
 async fn the_pool_size_reaches_the_store_and_bounds_workers(db: &TestDb) {

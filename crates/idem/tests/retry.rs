@@ -696,15 +696,7 @@ idem_store_tests::store_cases!(
 /// one connection retries at once instead of waiting on itself for the pool's timeout.
 async fn a_retry_needs_one_connection_for_transactions(db: &TestDb) {
     let id = dead_job(&client(db, None)).await;
-    let postgres = idem::PgOptions {
-        max_connections: 3,
-        ..idem::PgOptions::default()
-    };
-    let options = idem::ConnectOptions {
-        postgres,
-        ..idem::ConnectOptions::default()
-    };
-    let small = Idem::connect_with(&db.url, options).await.expect("connect");
+    let small = client_with_budget(&db.url, 3).await;
     assert_eq!(small.store().connections(), Some(1));
     let retried = within(5, "a retry on one connection", small.retry_jobs(vec![id])).await;
     assert_eq!(retried.expect("retried").len(), 1);

@@ -303,3 +303,17 @@ pub async fn stale_and_live_clients(db: &TestDb) -> (Idem, Idem) {
     b.advance(Duration::from_secs(31));
     (client(db, Some(Arc::new(a))), client(db, Some(Arc::new(b))))
 }
+
+/// A client on the database at `url` whose PostgreSQL store opens at most `size`
+/// connections (`PgOptions::max_connections`, shared by its pools).
+pub async fn client_with_budget(url: &str, size: u32) -> Idem {
+    let postgres = idem::PgOptions {
+        max_connections: size,
+        ..idem::PgOptions::default()
+    };
+    let options = idem::ConnectOptions {
+        postgres,
+        ..idem::ConnectOptions::default()
+    };
+    Idem::connect_with(url, options).await.expect("connect")
+}
