@@ -12,7 +12,7 @@
 //! (`listen_url`), and otherwise there is no subscription and workers poll.
 
 use async_trait::async_trait;
-use idem_store::{StoreResult, Wakeups};
+use idem_store::{StoreError, StoreResult, Wakeups};
 use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
@@ -52,6 +52,9 @@ pub(crate) async fn subscribe(
         (Pooler::Transaction, Some(direct)) => direct,
         (Pooler::Transaction, None) => return Ok(None),
     };
+    if listen_on.is_closed() {
+        return Ok(None);
+    }
     let channel: String = pool
         .run(|c| {
             Box::pin(async move {
@@ -66,18 +69,38 @@ pub(crate) async fn subscribe(
         .await
         .map_err(interpret_error)?;
     listener.listen(&channel).await.map_err(interpret_error)?;
-    Ok(Some(Box::new(PgWakeups { listener })))
+    let pool = listen_on.clone();
+    Ok(Some(Box::new(PgWakeups {
+        listener: Some(listener),
+        pool,
+    })))
 }
 
+/// A subscription on a connection of `pool`, which it gives back when the pool closes:
+/// the store's `close` waits for every connection of its pools.
 struct PgWakeups {
-    listener: PgListener,
+    listener: Option<PgListener>,
+    pool: PgPool,
 }
 
 #[async_trait]
 impl Wakeups for PgWakeups {
     async fn next(&mut self) -> StoreResult<Vec<String>> {
-        let n = self.listener.recv().await.map_err(interpret_error)?;
-        Ok(n.payload()
+        let received = match self.listener.as_mut() {
+            None => None,
+            Some(listener) => tokio::select! {
+                n = listener.recv() => Some(n),
+                () = self.pool.close_event() => None,
+            },
+        };
+        let Some(n) = received else {
+            self.listener = None;
+            return Err(StoreError::Unavailable(
+                "the store was closed; its subscription to wake-ups ended".into(),
+            ));
+        };
+        Ok(n.map_err(interpret_error)?
+            .payload()
             .split('\n')
             .filter(|q| !q.is_empty())
             .map(str::to_owned)

@@ -884,3 +884,28 @@ async fn the_setting_bounds_the_connections_of_all_three_pools() {
     store.close().await;
     probe.close().await;
 }
+
+/// A subscription being listened on (a worker's) ends when the store closes, with an
+/// error that says so, and gives its connection back so `close` finishes; one asked for
+/// afterwards finds no channel (it was an error, which a worker's listener logged at every
+/// poll until the worker stopped).
+#[tokio::test]
+async fn closing_the_store_ends_a_live_subscription() {
+    let Some(url) = test_url() else { return };
+    let store = PgStore::connect(&url, PgOptions::default()).await.unwrap();
+    let mut wakeups = store.subscribe().await.unwrap().expect("a channel");
+    // Live: `subscribe` returns once its LISTEN ran; the task may start listening before
+    // or after the close begins.
+    let listening = tokio::spawn(async move { wakeups.next().await });
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(5), store.close()).await;
+    assert!(
+        closed.is_ok(),
+        "close waited for the subscription's connection"
+    );
+    let ended = listening.await.unwrap();
+    assert!(
+        matches!(ended, Err(StoreError::Unavailable(_))),
+        "{ended:?}"
+    );
+    assert!(store.subscribe().await.unwrap().is_none());
+}

@@ -159,7 +159,10 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Subscribes to announcements from other processes; `None` without a channel.
+    /// Subscribes to announcements from other processes; `None` without a channel, or
+    /// once the store is closed. A subscription may hold a pooled connection: one being
+    /// awaited (`Wakeups::next`) ends when the store closes; one held without being
+    /// awaited keeps `close` waiting until it is dropped.
     async fn subscribe(&self) -> StoreResult<Option<Box<dyn Wakeups>>> {
         Ok(None)
     }
