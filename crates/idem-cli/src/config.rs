@@ -391,7 +391,7 @@ pub(crate) fn pool_size(key: &str, n: u32) -> anyhow::Result<NonZeroU32> {
             "{key} is 0: a pool needs at least 1 connection (a worker at least {}: {} for its \
              own duties, one for jobs, the rest for claims and the engine); leave it out for a \
              pool sized to the worker's jobs",
-            idem_postgres::Budget::total_for(idem::WORKER_CONNECTIONS + 1),
+            crate::worker::smallest_pool(),
             idem::WORKER_CONNECTIONS
         )
     })

@@ -111,6 +111,12 @@ pub(crate) fn pool_size(config: &CliConfig, extra: u32) -> u32 {
         .clamp(idem_postgres::DEFAULT_MAX_CONNECTIONS, MAX_DEFAULT_POOL)
 }
 
+/// The fewest PostgreSQL connections a worker accepts: its own duties and one job in the
+/// pool for transactions, after the claim and engine pools' share.
+pub(crate) fn smallest_pool() -> u32 {
+    idem_postgres::Budget::total_for(idem::WORKER_CONNECTIONS + 1)
+}
+
 /// How long a transaction of a worker process may sit idle (PostgreSQL): its lease, at
 /// least 1 s and at most the library's default. Past its lease a stalled transaction's
 /// job is another worker's anyway; the built-in handlers keep nothing open that long.

@@ -260,7 +260,7 @@ async fn measure(db: &Scratch, args: &BenchArgs, bar: &ProgressBar) -> anyhow::R
             "filling history with {} finished jobs",
             args.history
         ));
-        scenarios::fill_history(db, args.history).await?;
+        scenarios::fill_history(db, args.history, Duration::ZERO).await?;
     }
     for &scenario in &args.scenarios {
         bar.set_message(scenario.to_string());

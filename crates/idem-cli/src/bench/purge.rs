@@ -14,17 +14,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use idem::{DEFAULT_PURGE_BATCH, Idem, PurgeTarget, WorkerHandle};
+use idem::{DEFAULT_PURGE_BATCH, Idem, PurgeTarget, WorkerHandle, WorkerReport};
 use tokio::task::JoinHandle;
 
-use super::scenarios::{EFFECT_TABLE, FencedEffect, figure, per_second, seed, worker_config};
+use super::scenarios::{
+    EFFECT_TABLE, FencedEffect, figure, fill_history, per_second, seed, worker_config,
+};
 use super::wal;
 use super::{BenchArgs, Figure, Scenario};
 use crate::scratch::{Scratch, scalar};
 
 const QUEUE: &str = "purge-load";
-/// Rows per statement while filling.
-const FILL_CHUNK: u64 = 500_000;
 /// Jobs the worker runs at once beside the purge.
 const CONCURRENCY: usize = 16;
 /// Jobs kept waiting in the worker's queue; the feeder tops it up by this many.
@@ -37,7 +37,7 @@ pub(super) async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Fi
     super::require_postgres(db, Scenario::Purge)?;
     let rows = args.purge_rows;
     let started = Instant::now();
-    fill(&db.idem, rows).await?;
+    fill(db, rows).await?;
     let filled = started.elapsed();
     vacuum(&db.idem, "VACUUM ANALYZE").await?;
     let before = sizes(&db.idem).await?;
@@ -75,13 +75,7 @@ pub(super) async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Fi
         .noted(note);
     out.push(f);
     let mb = |b: i64| b as f64 / 1_048_576.0;
-    let mut f = figure(
-        Scenario::Purge,
-        "tables and indexes before",
-        mb(before),
-        "MB",
-    );
-    f.note = format!(
+    let note = format!(
         "{TABLES:?} with {rows} jobs, attempts and effect records (filled in {:.0}s, then \
          VACUUM ANALYZE); after the purge {:.0} MB; after a plain VACUUM ({:.1}s) {:.0} MB: \
          the freed space stays in the files for new rows",
@@ -90,6 +84,8 @@ pub(super) async fn run(db: &Scratch, args: &BenchArgs) -> anyhow::Result<Vec<Fi
         vacuumed_in.as_secs_f64(),
         mb(vacuumed)
     );
+    let sizes = "tables and indexes before";
+    let f = figure(Scenario::Purge, sizes, mb(before), "MB").noted(note);
     out.push(f);
     Ok(out)
 }
@@ -129,32 +125,17 @@ async fn purge_all(idem: &Idem, rows: u64) -> anyhow::Result<Vec<Figure>> {
     Ok(out)
 }
 
-/// `rows` completed jobs finalized 30 days ago, an attempt row each, and as many effect
-/// records of those jobs created then: all past the default retention (3 days).
-async fn fill(idem: &Idem, rows: u64) -> anyhow::Result<()> {
-    let jobs = "INSERT INTO idem_job (kind, queue, args, priority, state, attempt, max_attempts, \
-                run_at, fence, created_at, attempted_at, finalized_at) \
-                SELECT 'history', 'history', '{}'::jsonb, 0, 'completed', 1, 1, t, 1, t, t, t \
-                FROM generate_series(1, $1::bigint), \
-                (SELECT now() - interval '30 days' AS t) AS old";
-    let attempts = "INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, started_at, \
-                    finished_at) \
-                    SELECT id, 1, 1, 'completed', attempted_at, finalized_at FROM idem_job \
-                    WHERE queue = 'history' AND id > $1";
+/// `rows` completed jobs finalized 30 days ago, an attempt row each, and an effect record
+/// of each created then: all past the default retention (3 days).
+async fn fill(db: &Scratch, rows: u64) -> anyhow::Result<()> {
+    let last = scalar(&db.idem, "SELECT coalesce(max(id), 0) FROM idem_job", &[]).await?;
+    fill_history(db, rows, Duration::from_secs(30 * 86_400)).await?;
     let effects = "INSERT INTO idem_effect (key, kind, job_id, fence, created_at) \
                    SELECT 'history:' || id, 'history', id, 1, finalized_at FROM idem_job \
                    WHERE queue = 'history' AND id > $1";
-    let mut left = rows;
-    while left > 0 {
-        let chunk = left.min(FILL_CHUNK);
-        let last = scalar(idem, "SELECT coalesce(max(id), 0) FROM idem_job", &[]).await?;
-        let mut tx = idem.begin().await?;
-        tx.execute(jobs, &[(chunk as i64).into()]).await?;
-        tx.execute(attempts, &[last.into()]).await?;
-        tx.execute(effects, &[last.into()]).await?;
-        tx.commit().await?;
-        left -= chunk;
-    }
+    let mut tx = db.idem.begin().await?;
+    tx.execute(effects, &[last.into()]).await?;
+    tx.commit().await?;
     Ok(())
 }
 
@@ -230,9 +211,7 @@ impl Load {
         let from = self.completed();
         tokio::time::sleep(window).await;
         let report = self.worker.report();
-        if report.dead + report.retried > 0 {
-            bail!("the worker's fenced jobs failed: {report:?}");
-        }
+        none_failed(&report)?;
         Ok(per_second((report.completed - from) as usize, window))
     }
 
@@ -242,9 +221,14 @@ impl Load {
         let report = self.worker.shutdown().await;
         self.idem.close().await;
         fed?;
-        if report.dead + report.retried > 0 {
-            bail!("the worker's fenced jobs failed: {report:?}");
-        }
-        Ok(())
+        none_failed(&report)
     }
+}
+
+/// An error when any of the worker's fenced jobs failed.
+fn none_failed(report: &WorkerReport) -> anyhow::Result<()> {
+    if report.dead + report.retried > 0 {
+        bail!("the worker's fenced jobs failed: {report:?}");
+    }
+    Ok(())
 }

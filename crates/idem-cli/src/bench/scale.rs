@@ -19,7 +19,7 @@ use tokio::process::{Child, ChildStdout};
 use super::cpu::CpuTimes;
 use super::scenarios::{EFFECT_TABLE, FencedEffect, figure, per_second, seed, worker_config};
 use super::{BenchArgs, Figure, Scenario};
-use crate::scratch::Scratch;
+use crate::scratch::{Scratch, scalar};
 
 /// What a worker process prints once its worker is built and waiting for the start.
 const READY: &str = "IDEM_BENCH_WORKER_READY";
@@ -27,11 +27,6 @@ const READY: &str = "IDEM_BENCH_WORKER_READY";
 const REPORT: &str = "IDEM_BENCH_WORKER_REPORT";
 /// How long the processes may take to drain a queue; only a hang reaches it.
 const DRAIN_LIMIT: Duration = Duration::from_secs(900);
-/// The fewest connections a worker accepts (7 for its own duties and one job, after the
-/// claim and engine pools' share).
-fn smallest_pool() -> u32 {
-    idem_postgres::Budget::total_for(idem::WORKER_CONNECTIONS + 1)
-}
 
 /// Arguments of `idem bench-worker`, a worker process of the `scale` scenario.
 #[derive(Args)]
@@ -112,7 +107,7 @@ fn per_process(args: &BenchArgs, n: usize) -> (usize, u32) {
     let share = args.scale_connections / u32::try_from(n).unwrap_or(u32::MAX);
     let pool = idem_postgres::Budget::total_for(wanted)
         .min(share)
-        .max(smallest_pool());
+        .max(crate::worker::smallest_pool());
     (jobs, pool)
 }
 
@@ -154,16 +149,11 @@ async fn one_count(db: &Scratch, args: &BenchArgs, n: usize) -> anyhow::Result<F
     let commits = super::wal::commits(&db.idem).await? - commits_before;
     check_once(&db.idem, &queue, args.jobs, &done).await?;
     let (least, most) = (done.iter().min(), done.iter().max());
-    let mut f = figure(
-        Scenario::Scale,
-        &format!(
-            "fenced rate, {n} worker process{}",
-            if n == 1 { "" } else { "es" }
-        ),
-        per_second(args.jobs, elapsed),
-        "jobs/s",
+    let metric = format!(
+        "fenced rate, {n} worker process{}",
+        if n == 1 { "" } else { "es" }
     );
-    f.note = format!(
+    let note = format!(
         "{} jobs; {n} × {jobs} jobs at once, {pool} connections each; per process {}–{} \
          jobs; CPU of the host's cores: {:.0}% busy, PostgreSQL {:.0}%, the workers {:.0}%; \
          {:.0} bytes of WAL and {:.2} commits per job (this process's counting included)",
@@ -176,7 +166,13 @@ async fn one_count(db: &Scratch, args: &BenchArgs, n: usize) -> anyhow::Result<F
         wal as f64 / args.jobs.max(1) as f64,
         commits as f64 / args.jobs.max(1) as f64
     );
-    Ok(f)
+    let f = figure(
+        Scenario::Scale,
+        &metric,
+        per_second(args.jobs, elapsed),
+        "jobs/s",
+    );
+    Ok(f.noted(note))
 }
 
 /// Every job of `queue` completed once, by the processes' reports, and its effect row
@@ -254,20 +250,13 @@ async fn until_line(
 async fn until_drained(idem: &Idem, queue: &str, total: usize) -> anyhow::Result<()> {
     let sql = "SELECT count(*) FROM idem_job WHERE queue = $1 AND state = 'completed'";
     let deadline = Instant::now() + DRAIN_LIMIT;
-    loop {
-        let rows = idem.store().query(sql, &[SqlValue::from(queue)]).await?;
-        let done = rows
-            .first()
-            .and_then(|r| r.first())
-            .and_then(SqlValue::as_i64);
-        if done.unwrap_or(0) >= total as i64 {
-            return Ok(());
-        }
+    while scalar(idem, sql, &[SqlValue::from(queue)]).await? < total as i64 {
         if Instant::now() > deadline {
             bail!("the worker processes did not drain {queue} within {DRAIN_LIMIT:?}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -292,7 +281,7 @@ mod tests {
             let (jobs, pool) = per_process(&args, n);
             assert_eq!(jobs, args.scale_concurrency.div_ceil(n));
             assert!(pool * n as u32 <= args.scale_connections, "{n}: {pool}");
-            assert!(pool >= smallest_pool());
+            assert!(pool >= crate::worker::smallest_pool());
         }
     }
 }

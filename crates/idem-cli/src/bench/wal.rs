@@ -4,6 +4,8 @@
 use anyhow::Context;
 use idem::{Idem, SqlValue};
 
+use crate::scratch::scalar;
+
 /// The server's current WAL position.
 pub(super) async fn lsn(idem: &Idem) -> anyhow::Result<String> {
     let sql = "SELECT pg_current_wal_lsn()::text";
@@ -18,11 +20,7 @@ pub(super) async fn lsn(idem: &Idem) -> anyhow::Result<String> {
 /// Bytes of WAL written since `lsn`.
 pub(super) async fn since(idem: &Idem, lsn: &str) -> anyhow::Result<i64> {
     let sql = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint";
-    let rows = idem.store().query(sql, &[SqlValue::from(lsn)]).await?;
-    rows.first()
-        .and_then(|r| r.first())
-        .and_then(SqlValue::as_i64)
-        .context("no WAL difference")
+    scalar(idem, sql, &[SqlValue::from(lsn)]).await
 }
 
 /// Transactions committed in the current database so far. A backend reports its own to
@@ -30,9 +28,5 @@ pub(super) async fn since(idem: &Idem, lsn: &str) -> anyhow::Result<i64> {
 /// processes whose work it counts have disconnected.
 pub(super) async fn commits(idem: &Idem) -> anyhow::Result<i64> {
     let sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()";
-    let rows = idem.store().query(sql, &[]).await?;
-    rows.first()
-        .and_then(|r| r.first())
-        .and_then(SqlValue::as_i64)
-        .context("no count of commits")
+    scalar(idem, sql, &[]).await
 }

@@ -376,15 +376,16 @@ async fn set_autovacuum(db: &Scratch, on: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Puts `n` finished jobs (with their attempt rows) into history, in chunks.
-pub async fn fill_history(db: &Scratch, n: u64) -> anyhow::Result<()> {
+/// Puts `n` finished jobs (with their attempt rows) into history, in chunks, finalized
+/// `ago` before now.
+pub async fn fill_history(db: &Scratch, n: u64, ago: Duration) -> anyhow::Result<()> {
     let (jobs, attempts) = match db.idem.store().backend() {
         Backend::Sqlite => (
             "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < $1) \
              INSERT INTO idem_job (kind, queue, args, priority, state, attempt, max_attempts, run_at, \
              fence, created_at, attempted_at, finalized_at) \
              SELECT 'history', 'history', '{}', 0, 'completed', 1, 1, t, 1, t, t, t \
-             FROM s, (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) AS t)",
+             FROM s, (SELECT CAST(unixepoch('subsec') * 1000 AS INTEGER) - $2 AS t)",
             "INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, started_at, finished_at) \
              SELECT id, 1, 1, 'completed', attempted_at, finalized_at FROM idem_job \
              WHERE queue = 'history' AND id > $1",
@@ -392,13 +393,15 @@ pub async fn fill_history(db: &Scratch, n: u64) -> anyhow::Result<()> {
         Backend::Postgres => (
             "INSERT INTO idem_job (kind, queue, args, priority, state, attempt, max_attempts, run_at, \
              fence, created_at, attempted_at, finalized_at) \
-             SELECT 'history', 'history', '{}'::jsonb, 0, 'completed', 1, 1, now(), 1, now(), now(), now() \
-             FROM generate_series(1, $1::bigint)",
+             SELECT 'history', 'history', '{}'::jsonb, 0, 'completed', 1, 1, t, 1, t, t, t \
+             FROM generate_series(1, $1::bigint), \
+             (SELECT now() - $2::bigint * interval '1 millisecond' AS t) AS at",
             "INSERT INTO idem_job_attempt (job_id, attempt, fence, outcome, started_at, finished_at) \
              SELECT id, 1, 1, 'completed', attempted_at, finalized_at FROM idem_job \
              WHERE queue = 'history' AND id > $1",
         ),
     };
+    let ago = i64::try_from(ago.as_millis()).context("history too old")?;
     let mut left = n;
     while left > 0 {
         let chunk = left.min(100_000);
@@ -406,7 +409,8 @@ pub async fn fill_history(db: &Scratch, n: u64) -> anyhow::Result<()> {
             crate::scratch::scalar(&db.idem, "SELECT coalesce(max(id), 0) FROM idem_job", &[])
                 .await?;
         let mut tx = db.idem.begin().await?;
-        tx.execute(jobs, &[(chunk as i64).into()]).await?;
+        tx.execute(jobs, &[(chunk as i64).into(), ago.into()])
+            .await?;
         tx.execute(attempts, &[before.into()]).await?;
         tx.commit().await?;
         left -= chunk;
