@@ -21,7 +21,7 @@
 //!   timeout while it waited; otherwise the pool's 10 s acquire timeout). Before 3f7c5db
 //!   a setting of 3 gave that pool 3 connections. (A setting of 1 fails the same way,
 //!   before and after.) Fixed: the check reads before the transaction opens. Test:
-//!   `retry_jobs_on_a_budget_of_three_does_not_wait_for_itself`.
+//!   `retry.rs`, `a_retry_needs_one_connection_for_transactions`.
 //!
 //! Held (passing tests):
 //! - A shared pool (`max_connections` 2): a caller's transaction with an enqueue, an
@@ -49,8 +49,8 @@ use std::time::Duration;
 use common::*;
 use idem::{EffectClass, Handler, Idem, Job, JobContext, JobError, JobState, SqlValue};
 use idem_postgres::Budget;
-use idem_store_tests::harness::{run_case, within};
-use idem_store_tests::{Backend, TestDb};
+use idem_store_tests::TestDb;
+use idem_store_tests::harness::within;
 use tokio::sync::mpsc;
 
 /// A client on the test database (its schema is in the URL) whose store has the budget
@@ -257,17 +257,6 @@ async fn a_failed_complete_leaves_the_lease_signal_heard(db: &TestDb) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_complete_leaves_the_lease_signal_heard_postgres() {
-    let name = "a_failed_complete_leaves_the_lease_signal_heard";
-    run_case(
-        Backend::Postgres,
-        name,
-        a_failed_complete_leaves_the_lease_signal_heard,
-    )
-    .await;
-}
-
 // ---------------------------------------------------------------------------------------
 // A pool for transactions of one connection.
 // ---------------------------------------------------------------------------------------
@@ -282,37 +271,6 @@ async fn cancelled_job(idem: &Idem) -> i64 {
         .id;
     idem.cancel(id).await.expect("cancel");
     id
-}
-
-/// An operator's dead-letter retry with `max_connections` 3 (one connection for
-/// transactions, `Budget::of(3)`) retries the job. It holds that one connection in its
-/// transaction and then reads the jobs' first attempts on the same pool.
-async fn retry_jobs_on_a_budget_of_three_does_not_wait_for_itself(db: &TestDb) {
-    assert_eq!(Budget::of(3).transactions, 1, "{:?}", Budget::of(3));
-    let idem = budget_client(db, 3, &app_name("retry3")).await;
-    let id = cancelled_job(&idem).await;
-    let started = std::time::Instant::now();
-    let retried = within(60, "the retry", idem.retry_jobs(vec![id])).await;
-    let took = started.elapsed();
-    idem.store().close().await;
-    let retried = retried.unwrap_or_else(|e| {
-        panic!(
-            "retry_jobs with max_connections 3 failed after {took:?}: {e} (its transaction \
-             holds the only connection for transactions while it reads the first attempts)"
-        )
-    });
-    assert_eq!(retried.len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_jobs_on_a_budget_of_three_does_not_wait_for_itself_postgres() {
-    let name = "retry_jobs_on_a_budget_of_three_does_not_wait_for_itself";
-    run_case(
-        Backend::Postgres,
-        name,
-        retry_jobs_on_a_budget_of_three_does_not_wait_for_itself,
-    )
-    .await;
 }
 
 /// A shared pool of 2: the library's own paths never need more than two connections at
@@ -336,17 +294,6 @@ async fn a_shared_pool_of_two_serves_the_client(db: &TestDb) {
     })
     .await;
     idem.close().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shared_pool_of_two_serves_the_client_postgres() {
-    let name = "a_shared_pool_of_two_serves_the_client";
-    run_case(
-        Backend::Postgres,
-        name,
-        a_shared_pool_of_two_serves_the_client,
-    )
-    .await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -442,7 +389,8 @@ async fn blocked_enqueues_do_not_starve_the_heartbeat_at_the_smallest_worker_bud
     };
 
     // A transaction taking enqueue key `dup`, open; two enqueues of W's process with the
-    // same key wait for it on W's engine pool.
+    // same key wait for it, each in a transaction of W's pool for transactions (the
+    // engine pool, which the heartbeat uses, stays free).
     let parked = || Job::new("parked", serde_json::json!({})).queue("other");
     let mut holder = idem_b.begin().await.expect("begin");
     idem_b
@@ -494,13 +442,8 @@ async fn blocked_enqueues_do_not_starve_the_heartbeat_at_the_smallest_worker_bud
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn blocked_enqueues_do_not_starve_the_heartbeat_at_the_smallest_worker_budget_postgres() {
-    let name = "blocked_enqueues_do_not_starve_the_heartbeat_at_the_smallest_worker_budget";
-    run_case(
-        Backend::Postgres,
-        name,
-        blocked_enqueues_do_not_starve_the_heartbeat_at_the_smallest_worker_budget,
-    )
-    .await;
-}
+idem_store_tests::postgres_cases!(
+    a_failed_complete_leaves_the_lease_signal_heard,
+    a_shared_pool_of_two_serves_the_client,
+    blocked_enqueues_do_not_starve_the_heartbeat_at_the_smallest_worker_budget,
+);

@@ -696,6 +696,7 @@ idem_store_tests::store_cases!(
 /// one connection retries at once instead of waiting on itself for the pool's timeout.
 async fn a_retry_needs_one_connection_for_transactions(db: &TestDb) {
     let id = dead_job(&client(db, None)).await;
+    assert_eq!(idem_postgres::Budget::of(3).transactions, 1);
     let small = client_with_budget(&db.url, 3).await;
     assert_eq!(small.store().connections(), Some(1));
     let retried = within(5, "a retry on one connection", small.retry_jobs(vec![id])).await;
